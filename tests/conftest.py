@@ -1,0 +1,56 @@
+"""Tests load geglu only the way users do: through `kernels`, never `import geglu`.
+
+`python -m tools.build` must have produced build/<variant>/ first (the README's test
+command does). LOCAL_KERNELS maps the Hub repo id to this checkout, as
+kernel-builder's test shells do.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+REPO_ID = "org/geglu"
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped, and reported as skipped, on CPU)")
+    config.addinivalue_line("markers", "slow: long-running")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords and not HAS_CUDA:
+            item.add_marker(skip)
+
+
+def _load(backend=None):
+    from kernels import get_kernel
+
+    if not (REPO / "build").is_dir():
+        raise RuntimeError("build/ is missing: run `python -m tools.build` first")
+    os.environ["LOCAL_KERNELS"] = f"{REPO_ID}={REPO}"
+    return get_kernel(REPO_ID, version=1, backend=backend)
+
+
+@pytest.fixture(scope="session")
+def kernel():
+    """The variant `kernels` picks for this torch (compiled CUDA on a GPU torch)."""
+    return _load()
+
+
+@pytest.fixture(scope="session")
+def cpu_kernel():
+    """The CPU variant (on a CUDA torch too), for CPU tensors."""
+    return _load("cpu")
+
+
+def poisoned_like(t: torch.Tensor) -> torch.Tensor:
+    """An output buffer full of NaN, so any element a kernel fails to write shows."""
+    return torch.full_like(t, float("nan"))

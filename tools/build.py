@@ -1,0 +1,540 @@
+"""Local variant builder: what kernel-builder would upload, for the torch running here.
+
+    python -m tools.build                     # build/<variant>/ (+ build/torch-cuda/)
+    python -m tools.build --stage-cache DIR   # also stage into a Hugging Face cache
+
+kernel-builder (Nix) builds every variant of the release matrix in a sandbox; this
+builder produces the one variant that the running torch can load, with the same
+layout: the abi3 native module `_geglu_<backend>_<uid>.abi3.so`, a generated
+`_ops.py`, the Python package from `torch-ext/geglu/`, the `geglu/` compatibility
+package, and `metadata.json` with a `kernels-data` digest. It then checks the
+module with `kernel-abi-check` and imports the variant through `kernels`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PY_LIMITED_API = "0x03090000"  # abi3 for Python 3.9, as kernel-builder targets
+ABI3_PYTHON = "3.9"
+MANYLINUX = "manylinux_2_28"
+# Emitted beside every compiled variant: the Triton-only build for any CUDA torch.
+NOARCH_VARIANT = "torch-cuda"
+
+
+def log(msg: str) -> None:
+    print(f"[build] {msg}", flush=True)
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass
+class KernelSection:
+    name: str
+    backend: str
+    src: list[str]
+    cuda_capabilities: list[str] = field(default_factory=list)
+    cuda_flags: list[str] = field(default_factory=list)
+    cxx_flags: list[str] = field(default_factory=list)
+    include: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BuildConfig:
+    name: str
+    version: int
+    license: str
+    backends: list[str]
+    repo_id: str
+    torch_src: list[str]
+    kernels: list[KernelSection]
+
+    @property
+    def python_name(self) -> str:
+        return self.name.replace("-", "_")
+
+
+def read_config(src: Path) -> BuildConfig:
+    with open(src / "build.toml", "rb") as f:
+        raw = tomllib.load(f)
+    general = raw["general"]
+    if general.get("edition") != 5:
+        raise BuildError("build.toml: [general] edition must be 5")
+    kernels = [
+        KernelSection(
+            name=name,
+            backend=sec["backend"],
+            src=sec["src"],
+            cuda_capabilities=sec.get("cuda-capabilities", []),
+            cuda_flags=sec.get("cuda-flags", []),
+            cxx_flags=sec.get("cxx-flags", []),
+            include=sec.get("include", []),
+        )
+        for name, sec in raw.get("kernel", {}).items()
+    ]
+    for k in kernels:
+        if k.backend not in general["backends"]:
+            raise BuildError(f"build.toml: kernel.{k.name} has backend {k.backend!r}, not in general.backends")
+        for s in k.src:
+            if not (src / s).is_file():
+                raise BuildError(f"build.toml: kernel.{k.name} lists {s}, which does not exist")
+    return BuildConfig(
+        name=general["name"],
+        version=general["version"],
+        license=general["license"],
+        backends=general["backends"],
+        repo_id=general["hub"]["repo-id"],
+        torch_src=raw["torch"]["src"],
+        kernels=kernels,
+    )
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def git_uid(src: Path) -> str:
+    """7 hex digits of the tree hash of HEAD, `_dirty` appended for uncommitted work."""
+    try:
+        tree = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD^{tree}"], cwd=src, check=True, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=src, check=True, capture_output=True, text=True
+        ).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        import secrets
+
+        return "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz234567") for _ in range(7))
+    return tree + ("_dirty" if dirty else "")
+
+
+def git_commit(src: Path) -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=src, check=True, capture_output=True, text=True
+        ).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return None
+
+
+def torch_backend() -> str:
+    """`cuXYZ` for a CUDA build of torch, `cpu` otherwise."""
+    import torch
+
+    if torch.version.cuda:
+        major, minor = torch.version.cuda.split(".")[:2]
+        return f"cu{major}{minor}"
+    return "cpu"
+
+
+def variant_name(backend_tag: str) -> str:
+    import torch
+
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    abi = "cxx11" if torch.compiled_with_cxx11_abi() else "cxx98"
+    return f"torch{major}{minor}-{abi}-{backend_tag}-{platform.machine()}-{platform.system().lower()}"
+
+
+# --------------------------------------------------------------------------- compile
+
+
+def registration_header(gen_dir: Path) -> None:
+    """kernel-builder generates this header; the binding includes it."""
+    (gen_dir / "registration.h").write_text(
+        """#pragma once
+// Generated by tools/build.py (kernel-builder generates the same macros).
+#include <Python.h>
+
+#define _CONCAT(A, B) A##B
+#define CONCAT(A, B) _CONCAT(A, B)
+#define _STRINGIFY(A) #A
+#define STRINGIFY(A) _STRINGIFY(A)
+
+#define TORCH_LIBRARY_EXPAND(NAME, MODULE) TORCH_LIBRARY(NAME, MODULE)
+
+// An abi3 module with no Python-visible functions: the ops live in torch.ops.
+#define REGISTER_EXTENSION(NAME)                                                 \\
+  PyMODINIT_FUNC CONCAT(PyInit_, NAME)() {                                       \\
+    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, STRINGIFY(NAME),  \\
+                                        nullptr, 0, nullptr};                    \\
+    return PyModule_Create(&module);                                             \\
+  }
+"""
+    )
+
+
+def nvcc_path() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def gencode_flags(capabilities: list[str]) -> list[str]:
+    """`9.0a` -> `-gencode=arch=compute_90a,code=sm_90a`; `+PTX` also embeds PTX."""
+    flags = []
+    for cap in capabilities:
+        ptx = cap.endswith("+PTX")
+        num = cap.removesuffix("+PTX").replace(".", "")
+        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
+        if ptx:
+            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
+    return flags
+
+
+def supported_capabilities(nvcc: str, wanted: list[str]) -> list[str]:
+    """The intersection of build.toml's capabilities with what this nvcc can target."""
+    out = subprocess.run([nvcc, "--list-gpu-arch"], check=True, capture_output=True, text=True).stdout.split()
+    have = {a.removeprefix("compute_") for a in out}
+    return [c for c in wanted if c.removesuffix("+PTX").replace(".", "").rstrip("af") in have]
+
+
+def compile_module(
+    cfg: BuildConfig, kernel: KernelSection, ops_name: str, work: Path, capabilities: list[str], verbose: bool
+) -> Path:
+    """Build the native module with torch.utils.cpp_extension (ninja, incremental)."""
+    from torch.utils import cpp_extension
+
+    gen_dir = work / "generated"
+    gen_dir.mkdir(parents=True, exist_ok=True)
+    registration_header(gen_dir)
+    sources = [str(REPO / s) for s in cfg.torch_src + kernel.src if s.endswith((".cpp", ".cc", ".cu"))]
+    # See tools/glibc_compat.cpp: keeps the module within manylinux_2_28 on a new glibc.
+    sources.append(str(REPO / "tools" / "glibc_compat.cpp"))
+    define = "CUDA_KERNEL" if kernel.backend == "cuda" else "CPU_KERNEL"
+    # cpp_extension defines TORCH_API_INCLUDE_EXTENSION_H, which makes torch/torch.h
+    # pull in pybind11 (not abi3); kernel-builder does not define it, nor do we.
+    common = [
+        f"-DPy_LIMITED_API={PY_LIMITED_API}",
+        "-UTORCH_API_INCLUDE_EXTENSION_H",
+        f"-D{define}",
+        "-fno-gnu-unique",
+    ]
+    cflags = ["-O3", "-std=c++17", *common, *kernel.cxx_flags]
+    cuda_cflags = [
+        "-O3",
+        "-std=c++17",
+        f"-DPy_LIMITED_API={PY_LIMITED_API}",
+        "-UTORCH_API_INCLUDE_EXTENSION_H",
+        f"-D{define}",
+        "-Xcompiler=-fno-gnu-unique",
+        "--expt-relaxed-constexpr",
+        *gencode_flags(capabilities),
+        *kernel.cuda_flags,
+    ]
+    include = [str(gen_dir), str(REPO / "torch-ext")] + [str(REPO / i) for i in kernel.include]
+    build_dir = work / "ninja"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cpp_extension.load(
+        name=ops_name,
+        sources=sources,
+        extra_cflags=cflags,
+        extra_cuda_cflags=cuda_cflags,
+        extra_include_paths=include,
+        build_directory=str(build_dir),
+        verbose=verbose,
+        with_cuda=kernel.backend == "cuda",
+        is_python_module=False,
+    )
+    built = build_dir / f"{ops_name}.so"
+    if not built.exists():
+        raise BuildError(f"cpp_extension did not produce {built}")
+    return built
+
+
+def check_abi(so: Path) -> list[str]:
+    """Violations of abi3 (Python 3.9) and manylinux_2_28, as kernel-builder checks them."""
+    from kernel_abi_check import ObjectFile
+
+    obj = ObjectFile(str(so))
+    problems = [f"abi3: {v!r}" for v in obj.check_python_abi(ABI3_PYTHON)]
+    problems += [f"{MANYLINUX}: {v.name} ({v.dep} {v.version})" for v in obj.check_manylinux(MANYLINUX)]
+    return problems
+
+
+# --------------------------------------------------------------------------- assemble
+
+OPS_PY_ARCH = '''import torch
+from . import {ops_name}
+ops = torch.ops.{ops_name}
+
+
+def add_op_namespace_prefix(op_name: str):
+    """
+    Prefix op by namespace.
+    """
+    return f"{ops_name}::{{op_name}}"
+'''
+
+OPS_PY_NOARCH = '''import torch
+ops = torch.ops.{ops_name}
+
+
+def add_op_namespace_prefix(op_name: str):
+    """
+    Prefix op by namespace.
+    """
+    return f"{ops_name}::{{op_name}}"
+'''
+
+# Older `kernels` releases import build/<variant>/<name>/__init__.py; this package
+# loads the variant's real __init__.py (one directory up) under a module name unique
+# to its path and re-exports its public names.
+COMPAT_INIT = '''import ctypes
+import importlib.util
+import sys
+from pathlib import Path
+
+
+def _import_variant(file_path: Path):
+    module_name = "_geglu_compat_{:x}".format(ctypes.c_size_t(hash(str(file_path.resolve()))).value)
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, file_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_variant = _import_variant(Path(__file__).parent.parent / "__init__.py")
+__all__ = list(_variant.__all__)
+globals().update({name: getattr(_variant, name) for name in __all__})
+'''
+
+
+def copy_python_package(cfg: BuildConfig, dest: Path) -> list[str]:
+    pkg = REPO / "torch-ext" / cfg.python_name
+    copied = []
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg)
+        if rel.name == "_ops.py" or "__pycache__" in rel.parts:
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest / rel)
+        copied.append(str(rel))
+    return copied
+
+
+def write_metadata(cfg: BuildConfig, dest: Path, ops_name: str, backend: dict, uid: str) -> None:
+    from kernels_data import Digest, DigestAlgorithm, Metadata
+
+    digest = Digest.hash_variant(DigestAlgorithm.SHA256, dest)
+    commit = git_commit(REPO)
+    metadata = {
+        "name": cfg.name,
+        "id": ops_name,
+        "version": cfg.version,
+        "license": cfg.license,
+        "python-depends": [],
+        "backend": backend,
+        "digest": {"algorithm": "sha256", "files": dict(sorted(digest.files.items()))},
+        "provenance": {
+            "kernel-builder": {"version": "tools/build.py"},
+            "kernel": {"git": {"rev": commit, "dirty": uid.endswith("_dirty")}} if commit else None,
+        },
+    }
+    if metadata["provenance"]["kernel"] is None:
+        del metadata["provenance"]["kernel"]
+    path = dest / "metadata.json"
+    path.write_text(json.dumps(metadata, indent=2) + "\n")
+    try:
+        Metadata.read_from_file(path)
+    except ValueError:
+        # Older kernels-data may not know `provenance`; it is optional, drop it.
+        del metadata["provenance"]
+        path.write_text(json.dumps(metadata, indent=2) + "\n")
+        Metadata.read_from_file(path)
+
+
+def verify_digest(dest: Path) -> None:
+    from kernels_data import Digest, Metadata
+
+    meta = Metadata.read_from_file(dest / "metadata.json")
+    meta.digest.validate(Digest.hash_variant(meta.digest.algorithm, dest))
+
+
+def assemble(
+    cfg: BuildConfig, dest: Path, ops_name: str, so: Path | None, backend: dict, uid: str
+) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    copy_python_package(cfg, dest)
+    if so is not None:
+        shutil.copy2(so, dest / f"{ops_name}.abi3.so")
+        (dest / "_ops.py").write_text(OPS_PY_ARCH.format(ops_name=ops_name))
+    else:
+        (dest / "_ops.py").write_text(OPS_PY_NOARCH.format(ops_name=ops_name))
+    compat = dest / cfg.python_name
+    compat.mkdir()
+    (compat / "__init__.py").write_text(COMPAT_INIT)
+    write_metadata(cfg, dest, ops_name, backend, uid)
+
+
+# --------------------------------------------------------------------------- load check
+
+
+def check_loads(out_root: Path, variant: str, backend: str | None) -> str:
+    """Import the variant the way users do and return a one-line description."""
+    script = (
+        "import sys, kernels; from pathlib import Path\n"
+        f"m = kernels.get_local_kernel(Path({str(out_root)!r}), backend={backend!r})\n"
+        "assert hasattr(m, 'layers') and 'layers' in m.__all__, 'layers missing from __all__'\n"
+        "print(m.__name__, len(m.__all__), 'public names; file', Path(m.__file__).parent.name)\n"
+    )
+    env = dict(os.environ)
+    env.pop("LOCAL_KERNELS", None)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        raise BuildError(f"variant {variant} does not load through kernels:\n{res.stdout}{res.stderr}")
+    line = res.stdout.strip().splitlines()[-1]
+    if Path(line.split()[-1]).name != variant:
+        raise BuildError(f"kernels resolved another variant than {variant}: {line}")
+    return line
+
+
+# --------------------------------------------------------------------------- HF cache
+
+
+def stage_cache(cfg: BuildConfig, out_root: Path, cache: Path, variants: list[str]) -> Path:
+    """Lay the build out as a Hugging Face cache of the repo's `v<version>` branch.
+
+    `HF_HUB_OFFLINE=1 HF_HUB_CACHE=<cache> get_kernel(repo_id, version=N)` then loads
+    it as an air-gapped user would. The snapshot id is a hash of the staged files."""
+    import hashlib
+
+    from kernels_data import Metadata
+
+    h = hashlib.sha1()
+    for v in sorted(variants):
+        meta = Metadata.read_from_file(out_root / v / "metadata.json")
+        for rel, digest in sorted(meta.digest.files.items()):
+            h.update(f"{v}/{rel}:{digest}\n".encode())
+    commit = h.hexdigest()
+    repo_dir = cache / ("kernels--" + cfg.repo_id.replace("/", "--"))
+    snapshot = repo_dir / "snapshots" / commit
+    if snapshot.exists():
+        shutil.rmtree(snapshot)
+    for v in variants:
+        shutil.copytree(out_root / v, snapshot / "build" / v, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
+    (repo_dir / "refs" / f"v{cfg.version}").write_text(commit)
+    return snapshot
+
+
+# --------------------------------------------------------------------------- main
+
+
+def tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=REPO / "build", help="output root (default: build/)")
+    ap.add_argument("--work", type=Path, default=REPO / ".cache" / "build", help="compile cache (default: .cache/build)")
+    ap.add_argument("--uid", default=None, help="override the namespace uid (default: git tree hash)")
+    ap.add_argument("--no-noarch", action="store_true", help="skip the torch-cuda (Triton-only) variant")
+    ap.add_argument("--stage-cache", type=Path, default=None, help="also stage the build into this HF cache dir")
+    ap.add_argument("--skip-load-check", action="store_true", help="do not import the result through kernels")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+
+    t0 = time.time()
+    cfg = read_config(REPO)
+    uid = args.uid or git_uid(REPO)
+    out_root: Path = args.out.resolve()
+    work_root = args.work.resolve()
+    tag = torch_backend()
+    backend = "cuda" if tag.startswith("cu") else "cpu"
+    variant = variant_name(tag)
+    log(f"kernel {cfg.name} v{cfg.version}; torch {__import__('torch').__version__}; variant {variant}; uid {uid}")
+
+    nvcc = nvcc_path()
+    for k in cfg.kernels:
+        if k.backend != backend:
+            why = (
+                f"running torch is a {backend.upper()} build"
+                if backend == "cpu" or k.backend != "cuda"
+                else "nvcc missing"
+            )
+            log(f"skip kernel.{k.name} (backend {k.backend}): {why}; the Nix matrix builds it")
+    kernel = next((k for k in cfg.kernels if k.backend == backend), None)
+    if kernel is None:
+        raise BuildError(f"build.toml has no kernel section for backend {backend}")
+    capabilities: list[str] = []
+    if backend == "cuda":
+        if nvcc is None:
+            raise BuildError("torch is a CUDA build but nvcc was not found (set CUDA_HOME)")
+        capabilities = supported_capabilities(nvcc, kernel.cuda_capabilities)
+        dropped = sorted(set(kernel.cuda_capabilities) - set(capabilities))
+        if dropped:
+            log(f"nvcc cannot target {dropped}; building {capabilities}")
+
+    ops_name = f"_{cfg.python_name}_{backend}_{uid}"
+    log(f"compile kernel.{kernel.name} -> {ops_name}.abi3.so")
+    t = time.time()
+    so = compile_module(cfg, kernel, ops_name, work_root / variant, capabilities, args.verbose)
+    log(f"  compiled in {time.time() - t:.1f}s")
+
+    problems = check_abi(so)
+    if problems:
+        raise BuildError("kernel-abi-check found violations:\n  " + "\n  ".join(problems))
+    log(f"  kernel-abi-check: abi3 (Python {ABI3_PYTHON}) and {MANYLINUX} clean")
+
+    backend_meta: dict = {"type": backend}
+    if backend == "cuda":
+        backend_meta["archs"] = sorted(c.removesuffix("+PTX") + ("+PTX" if c.endswith("+PTX") else "") for c in capabilities)
+    dest = out_root / variant
+    assemble(cfg, dest, ops_name, so, backend_meta, uid)
+    verify_digest(dest)
+    built = [variant]
+
+    if not args.no_noarch and "cuda" in cfg.backends:
+        noarch_ops = f"_{cfg.python_name}_triton_{uid}"
+        assemble(cfg, out_root / NOARCH_VARIANT, noarch_ops, None, {"type": "cuda"}, uid)
+        verify_digest(out_root / NOARCH_VARIANT)
+        built.append(NOARCH_VARIANT)
+    log("  digests verified with kernels-data")
+
+    if not args.skip_load_check:
+        log(f"  loads through kernels: {check_loads(out_root, variant, None)}")
+
+    if args.stage_cache:
+        snap = stage_cache(cfg, out_root, args.stage_cache.resolve(), built)
+        log(f"staged HF cache: {snap} (refs/v{cfg.version})")
+
+    print()
+    print(f"{'variant':<40} {'files':>5} {'size':>10}")
+    for v in built:
+        d = out_root / v
+        n = sum(1 for p in d.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        print(f"{v:<40} {n:>5} {tree_size(d) / 1024:>8.1f}KB")
+    print(f"checks: abi3 {ABI3_PYTHON} + {MANYLINUX} ok, digest ok" + ("" if args.skip_load_check else ", get_local_kernel ok"))
+    print(f"done in {time.time() - t0:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BuildError as e:
+        print(f"[build] ERROR: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,4 @@
+from . import layers
+from ._ops import ops
+
+__all__ = ["layers"]

@@ -1,0 +1,32 @@
+#include <torch/library.h>
+
+#include "registration.h"
+#include "torch_binding.h"
+
+// The namespace is unique per build (_geglu_<backend>_<tree hash>), so two
+// builds of this kernel can be loaded into one process side by side.
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  ops.def("gelu_and_mul(Tensor! out, Tensor input) -> ()");
+  ops.def("gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()");
+  ops.def("gelu(Tensor! out, Tensor input) -> ()");
+  ops.def("gelu_tanh(Tensor! out, Tensor input) -> ()");
+  ops.def("geglu(Tensor gate, Tensor up, str approximate) -> Tensor");
+  ops.def("geglu_backward(Tensor grad_out, Tensor gate, Tensor up, "
+          "str approximate) -> (Tensor, Tensor)");
+
+#if defined(CUDA_KERNEL)
+  constexpr auto device = torch::kCUDA;
+#elif defined(CPU_KERNEL)
+  constexpr auto device = torch::kCPU;
+#else
+#error "build exactly one backend: define CUDA_KERNEL or CPU_KERNEL"
+#endif
+  ops.impl("gelu_and_mul", device, &gelu_and_mul);
+  ops.impl("gelu_tanh_and_mul", device, &gelu_tanh_and_mul);
+  ops.impl("gelu", device, &gelu);
+  ops.impl("gelu_tanh", device, &gelu_tanh);
+  ops.impl("geglu", device, &geglu);
+  ops.impl("geglu_backward", device, &geglu_backward);
+}
+
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)
