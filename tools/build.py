@@ -446,6 +446,36 @@ def tree_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
+def build_arch_variant(
+    cfg: BuildConfig, kernel: KernelSection, uid: str, nvcc: str | None, out_root: Path, work_root: Path, verbose: bool
+) -> str:
+    """Compile, ABI-check and assemble build/<variant>/ for one kernel section."""
+    capabilities: list[str] = []
+    if kernel.backend == "cuda":
+        capabilities = supported_capabilities(nvcc, kernel.cuda_capabilities)
+        dropped = sorted(set(kernel.cuda_capabilities) - set(capabilities))
+        if dropped:
+            log(f"nvcc cannot target {dropped}; building {capabilities}")
+    variant = variant_name(torch_backend() if kernel.backend == "cuda" else "cpu")
+    ops_name = f"_{cfg.python_name}_{kernel.backend}_{uid}"
+    log(f"compile kernel.{kernel.name} -> {variant}/{ops_name}.abi3.so")
+    t = time.time()
+    so = compile_module(cfg, kernel, ops_name, work_root / variant, capabilities, verbose)
+    log(f"  compiled in {time.time() - t:.1f}s")
+
+    problems = check_abi(so)
+    if problems:
+        raise BuildError("kernel-abi-check found violations:\n  " + "\n  ".join(problems))
+    log(f"  kernel-abi-check: abi3 (Python {ABI3_PYTHON}) and {MANYLINUX} clean")
+
+    backend_meta: dict = {"type": kernel.backend}
+    if kernel.backend == "cuda":
+        backend_meta["archs"] = sorted(capabilities)
+    assemble(cfg, out_root / variant, ops_name, so, backend_meta, uid)
+    verify_digest(out_root / variant)
+    return variant
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=REPO / "build", help="output root (default: build/)")
@@ -464,48 +494,22 @@ def main(argv: list[str] | None = None) -> int:
     work_root = args.work.resolve()
     tag = torch_backend()
     backend = "cuda" if tag.startswith("cu") else "cpu"
-    variant = variant_name(tag)
-    log(f"kernel {cfg.name} v{cfg.version}; torch {__import__('torch').__version__}; variant {variant}; uid {uid}")
+    log(f"kernel {cfg.name} v{cfg.version}; torch {__import__('torch').__version__} ({tag}); uid {uid}")
 
     nvcc = nvcc_path()
-    for k in cfg.kernels:
-        if k.backend != backend:
-            why = (
-                f"running torch is a {backend.upper()} build"
-                if backend == "cpu" or k.backend != "cuda"
-                else "nvcc missing"
-            )
-            log(f"skip kernel.{k.name} (backend {k.backend}): {why}; the Nix matrix builds it")
-    kernel = next((k for k in cfg.kernels if k.backend == backend), None)
-    if kernel is None:
-        raise BuildError(f"build.toml has no kernel section for backend {backend}")
-    capabilities: list[str] = []
+    # CPU kernels build on any torch; CUDA kernels need a CUDA torch and nvcc.
+    buildable = {"cpu"}
     if backend == "cuda":
         if nvcc is None:
             raise BuildError("torch is a CUDA build but nvcc was not found (set CUDA_HOME)")
-        capabilities = supported_capabilities(nvcc, kernel.cuda_capabilities)
-        dropped = sorted(set(kernel.cuda_capabilities) - set(capabilities))
-        if dropped:
-            log(f"nvcc cannot target {dropped}; building {capabilities}")
-
-    ops_name = f"_{cfg.python_name}_{backend}_{uid}"
-    log(f"compile kernel.{kernel.name} -> {ops_name}.abi3.so")
-    t = time.time()
-    so = compile_module(cfg, kernel, ops_name, work_root / variant, capabilities, args.verbose)
-    log(f"  compiled in {time.time() - t:.1f}s")
-
-    problems = check_abi(so)
-    if problems:
-        raise BuildError("kernel-abi-check found violations:\n  " + "\n  ".join(problems))
-    log(f"  kernel-abi-check: abi3 (Python {ABI3_PYTHON}) and {MANYLINUX} clean")
-
-    backend_meta: dict = {"type": backend}
-    if backend == "cuda":
-        backend_meta["archs"] = sorted(c.removesuffix("+PTX") + ("+PTX" if c.endswith("+PTX") else "") for c in capabilities)
-    dest = out_root / variant
-    assemble(cfg, dest, ops_name, so, backend_meta, uid)
-    verify_digest(dest)
-    built = [variant]
+        buildable.add("cuda")
+    built = []
+    for kernel in cfg.kernels:
+        if kernel.backend not in buildable:
+            why = "running torch is a CPU build" if kernel.backend == "cuda" else "no local toolchain for it"
+            log(f"skip kernel.{kernel.name} (backend {kernel.backend}): {why}; the Nix matrix builds it")
+            continue
+        built.append(build_arch_variant(cfg, kernel, uid, nvcc, out_root, work_root, args.verbose))
 
     if not args.no_noarch and "cuda" in cfg.backends:
         noarch_ops = f"_{cfg.python_name}_triton_{uid}"
@@ -515,7 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     log("  digests verified with kernels-data")
 
     if not args.skip_load_check:
-        log(f"  loads through kernels: {check_loads(out_root, variant, None)}")
+        for v in built:
+            if v != NOARCH_VARIANT:
+                log(f"  {v} loads through kernels: {check_loads(out_root, v, 'cpu' if '-cpu-' in v else None)}")
 
     if args.stage_cache:
         snap = stage_cache(cfg, out_root, args.stage_cache.resolve(), built)
