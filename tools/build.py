@@ -346,21 +346,19 @@ def write_metadata(cfg: BuildConfig, dest: Path, ops_name: str, backend: dict, u
         "backend": backend,
         "digest": {"algorithm": "sha256", "files": dict(sorted(digest.files.items()))},
         "provenance": {
-            "kernel-builder": {"version": "tools/build.py"},
-            "kernel": {"git": {"rev": commit, "dirty": uid.endswith("_dirty")}} if commit else None,
+            "kernel-builder": {"version": "geglu-tools-build"},
+            "kernel": {"commit": commit, "dirty": uid.endswith("_dirty")} if commit else None,
         },
     }
     if metadata["provenance"]["kernel"] is None:
         del metadata["provenance"]["kernel"]
     path = dest / "metadata.json"
     path.write_text(json.dumps(metadata, indent=2) + "\n")
-    try:
-        Metadata.read_from_file(path)
-    except ValueError:
-        # Older kernels-data may not know `provenance`; it is optional, drop it.
-        del metadata["provenance"]
-        path.write_text(json.dumps(metadata, indent=2) + "\n")
-        Metadata.read_from_file(path)
+    # Parse it with both the reference structures and the loader's own copy.
+    Metadata.read_from_file(path)
+    from kernels._rust import Metadata as LoaderMetadata
+
+    LoaderMetadata.read_from_file(path)
 
 
 def verify_digest(dest: Path) -> None:
