@@ -1,4 +1,29 @@
-from . import layers
-from ._ops import ops
+"""geglu: GeGLU activations (exact and tanh GELU, forward and backward) and GEMMs
+with bias/GELU/GeGLU in the epilogue, for CUDA (compiled + Triton) and CPU."""
 
-__all__ = ["layers"]
+from . import layers
+from .activation import (
+    geglu,
+    geglu_backward,
+    geglu_merged,
+    gelu,
+    gelu_and_mul,
+    gelu_tanh,
+    gelu_tanh_and_mul,
+)
+from .linear import geglu_linear, geglu_mlp, linear_bias, linear_bias_gelu
+
+__all__ = [
+    "geglu",
+    "geglu_backward",
+    "geglu_merged",
+    "geglu_linear",
+    "geglu_mlp",
+    "gelu",
+    "gelu_and_mul",
+    "gelu_tanh",
+    "gelu_tanh_and_mul",
+    "layers",
+    "linear_bias",
+    "linear_bias_gelu",
+]
