@@ -486,6 +486,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     t0 = time.time()
+    # One build at a time per work dir: concurrent builds would race on build/.
+    import fcntl
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    lock = open(args.work / "build.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     cfg = read_config(REPO)
     uid = args.uid or git_uid(REPO)
     out_root: Path = args.out.resolve()
