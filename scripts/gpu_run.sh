@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Everything GPU-side in one call on the lent GPU machine (torch 2.11 + cu130,
+# triton 3.6, no registry): install the carried wheels, build the CUDA and CPU
+# variants (+ torch-cuda), run the whole test suite, compute-sanitizer over the
+# CUDA tests, and the benchmarks. Results land in $OUT (logs, junit, JSON) and
+# benchmarks/results/ (copied back by the caller). A short table prints last.
+#
+#   bash scripts/gpu_run.sh [build] [test] [sanitize] [bench] [tune]   (default: all but tune)
+#
+# Each device command is limited to 10 minutes; pass a subset of stages to split.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/geglu-out}
+mkdir -p "$OUT"
+stages=${*:-build test sanitize bench}
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site
+fi
+python3 - <<'PY' | tee "$OUT/env.txt"
+import torch, triton, platform, kernels
+print(f"device {torch.cuda.get_device_name()} cc {torch.cuda.get_device_capability()}")
+print(f"torch {torch.__version__} triton {triton.__version__} kernels {kernels.__version__} python {platform.python_version()}")
+PY
+
+summary=()
+run() {  # run NAME CMD...: log to $OUT/NAME.log, remember the outcome
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-12s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-90)")")
+  return $rc
+}
+
+for stage in $stages; do
+  case $stage in
+    build) run build python3 -m tools.build ;;
+    test) run test python3 -m pytest -q -rs --junitxml="$OUT/junit.xml" -p no:cacheprovider ;;
+    sanitize)
+      run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 \
+        python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_kernels.py -k "not 2_31 and not large" ;;
+    bench)
+      for b in compare_activation compare_mlp compare_models; do
+        [ -f benchmarks/$b.py ] && run "$b" python3 benchmarks/$b.py
+      done
+      mkdir -p "$OUT/results" && cp benchmarks/results/*.json benchmarks/results/*.png "$OUT/results/" 2>/dev/null ;;
+    tune) run tune python3 tools/tune_gemm.py ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+
+echo
+echo "== summary ($(head -n 1 "$OUT/env.txt"))"
+printf '%s\n' "${summary[@]}"
+for b in compare_activation compare_mlp compare_models tune; do
+  [ -f "$OUT/$b.log" ] && { echo "-- $b"; tail -n 25 "$OUT/$b.log"; }
+done
+exit 0
