@@ -479,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "build", help="output root (default: build/)")
     ap.add_argument("--work", type=Path, default=REPO / ".cache" / "build", help="compile cache (default: .cache/build)")
     ap.add_argument("--uid", default=None, help="override the namespace uid (default: git tree hash)")
+    ap.add_argument("--backend", action="append", choices=["cpu", "cuda"], help="restrict to these backends")
     ap.add_argument("--no-noarch", action="store_true", help="skip the torch-cuda (Triton-only) variant")
     ap.add_argument("--stage-cache", type=Path, default=None, help="also stage the build into this HF cache dir")
     ap.add_argument("--skip-load-check", action="store_true", help="do not import the result through kernels")
@@ -509,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
         buildable.add("cuda")
     built = []
     for kernel in cfg.kernels:
+        if args.backend and kernel.backend not in args.backend:
+            log(f"skip kernel.{kernel.name} (backend {kernel.backend}): not requested")
+            continue
         if kernel.backend not in buildable:
             why = "running torch is a CPU build" if kernel.backend == "cuda" else "no local toolchain for it"
             log(f"skip kernel.{kernel.name} (backend {kernel.backend}): {why}; the Nix matrix builds it")
