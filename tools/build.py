@@ -215,8 +215,9 @@ def compile_module(
     gen_dir.mkdir(parents=True, exist_ok=True)
     registration_header(gen_dir)
     sources = [str(REPO / s) for s in cfg.torch_src + kernel.src if s.endswith((".cpp", ".cc", ".cu"))]
-    # See tools/glibc_compat.cpp: keeps the module within manylinux_2_28 on a new glibc.
+    # tools/glibc_compat.{h,cpp} keep the module within manylinux_2_28 on a new glibc.
     sources.append(str(REPO / "tools" / "glibc_compat.cpp"))
+    compat_header = str(REPO / "tools" / "glibc_compat.h")
     define = "CUDA_KERNEL" if kernel.backend == "cuda" else "CPU_KERNEL"
     # cpp_extension defines TORCH_API_INCLUDE_EXTENSION_H, which makes torch/torch.h
     # pull in pybind11 (not abi3); kernel-builder does not define it, nor do we.
@@ -225,15 +226,18 @@ def compile_module(
         "-UTORCH_API_INCLUDE_EXTENSION_H",
         f"-D{define}",
         "-fno-gnu-unique",
+        "-include",
+        compat_header,
     ]
-    cflags = ["-O3", "-std=c++17", *common, *kernel.cxx_flags]
+    # The C++ standard comes from cpp_extension, matching the running torch's headers.
+    cflags = ["-O3", *common, *kernel.cxx_flags]
     cuda_cflags = [
         "-O3",
-        "-std=c++17",
         f"-DPy_LIMITED_API={PY_LIMITED_API}",
         "-UTORCH_API_INCLUDE_EXTENSION_H",
         f"-D{define}",
         "-Xcompiler=-fno-gnu-unique",
+        f"--pre-include={compat_header}",
         "--expt-relaxed-constexpr",
         *gencode_flags(capabilities),
         *kernel.cuda_flags,

@@ -1,0 +1,129 @@
+"""Argument validation shared by every public function of the package.
+
+Each helper raises ValueError (TypeError for a non-tensor or a wrong Python type)
+with a message that names the argument and says what was expected, so a bad call
+fails in Python before any kernel (native, Triton or eager) sees it.
+
+The layout rule of every kernel in this package: a tensor is viewed as a
+[rows, width] matrix without copying, which needs the last dimension to have
+stride 1 and the leading dimensions to collapse to one row stride (>= width).
+"""
+
+from typing import Iterable, Optional, Tuple
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+APPROXIMATIONS = ("tanh", "none")
+
+
+def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
+    return "/".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def check_tensor(
+    name: str,
+    t,
+    *,
+    dtypes: Iterable[torch.dtype] = FLOAT_DTYPES,
+    device: Optional[torch.device] = None,
+    min_dim: int = 1,
+) -> None:
+    """`t` is a tensor of one of `dtypes` (on `device` when given), with >= min_dim dims."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    dtypes = tuple(dtypes)
+    if t.dtype not in dtypes:
+        raise ValueError(f"{name} must have dtype {_dtype_names(dtypes)}, got {t.dtype}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on device {device}, got {t.device}")
+    if t.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimension(s), got a {t.dim()}-d tensor")
+
+
+def check_same_device(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if t.device != ref.device:
+        raise ValueError(f"{name} must be on the device of {ref_name} ({ref.device}), got {t.device}")
+
+
+def check_same_dtype(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if t.dtype != ref.dtype:
+        raise ValueError(f"{name} must have the dtype of {ref_name} ({ref.dtype}), got {t.dtype}")
+
+
+def check_same_shape(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if t.shape != ref.shape:
+        raise ValueError(f"{name} must have the shape of {ref_name} {tuple(ref.shape)}, got {tuple(t.shape)}")
+
+
+def check_shape(name: str, t: torch.Tensor, shape: Tuple[int, ...]) -> None:
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+
+
+def check_even_last_dim(name: str, t: torch.Tensor) -> None:
+    """Merged gate/up tensors hold [..., 2d]: gate = t[..., :d], up = t[..., d:]."""
+    if t.shape[-1] % 2 != 0:
+        raise ValueError(
+            f"{name} must have an even last dimension (gate and up halves, [..., 2d]), got {t.shape[-1]}"
+        )
+
+
+def check_approximate(name: str, value) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {APPROXIMATIONS}, got {type(value).__name__}")
+    if value not in APPROXIMATIONS:
+        raise ValueError(f"{name} must be one of {APPROXIMATIONS}, got {value!r}")
+
+
+def row_layout(t: torch.Tensor) -> Optional[Tuple[int, int, int]]:
+    """(rows, width, row_stride) when `t` is a row-strided [rows, width] matrix, else None.
+
+    Size-1 dimensions impose nothing. Any other leading dimension must be exactly
+    `size * stride` of the next one, so that one stride walks every row; the rows
+    must not overlap (row_stride >= width), or writes would race."""
+    width = t.shape[-1]
+    rows = 1
+    for s in t.shape[:-1]:
+        rows *= s
+    if width > 1 and t.stride(-1) != 1:
+        return None
+    row_stride = None
+    expected = None
+    for size, stride in zip(reversed(t.shape[:-1]), reversed(t.stride()[:-1])):
+        if size == 1:
+            continue
+        if row_stride is None:
+            row_stride = stride
+        elif stride != expected:
+            return None
+        expected = stride * size
+    if row_stride is None:  # a single row
+        row_stride = width
+    if rows > 1 and width > 0 and row_stride < width:
+        return None
+    return rows, width, row_stride
+
+
+def check_last_dim_stride(name: str, t: torch.Tensor) -> None:
+    """`t` is a row-strided matrix: last-dim stride 1, leading dims with one row stride."""
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(
+            f"{name} must have stride 1 in its last dimension, got strides {tuple(t.stride())} "
+            f"for shape {tuple(t.shape)} (call .contiguous() first)"
+        )
+    if row_layout(t) is None:
+        raise ValueError(
+            f"{name} must be a row-strided matrix: its leading dimensions must collapse to one "
+            f"row stride >= the last dimension, got strides {tuple(t.stride())} for shape "
+            f"{tuple(t.shape)} (call .contiguous() first)"
+        )
+
+
+def check_out(name: str, out, *, shape: Tuple[int, ...], like_name: str, like: torch.Tensor) -> None:
+    """An output buffer: a tensor of `shape` with the dtype and device of `like`, row-strided."""
+    check_tensor(name, out)
+    check_same_dtype(name, out, like_name, like)
+    check_same_device(name, out, like_name, like)
+    check_shape(name, out, shape)
+    check_last_dim_stride(name, out)

@@ -1,0 +1,292 @@
+"""Triton kernels for GeGLU, gelu(gate) * up, and plain GELU: forward and backward.
+
+Every tensor is a row-strided [rows, width] matrix (see `_checks.row_layout`), so the
+two-tensor form, the merged form (gate = x[..., :d], up = x[..., d:], i.e. two views
+of one buffer with row stride 2d) and the plain activation share one kernel each for
+forward and backward. Storage is float32/float16/bfloat16; all math is float32.
+
+Work split: a 1-D grid over [BLOCK_M, BLOCK_N] tiles (row blocks x column blocks).
+Tiles hold ~4096 elements, so each thread keeps several 16-byte loads in flight;
+one-row-per-program kernels (e.g. Liger's) starve the memory system on short rows.
+`launch_config` and `_LAUNCH_TABLE` below are the only place launch parameters come
+from. Sizes reach the kernel as plain ints: Triton specializes ints on "== 1" and
+"divisible by 16" (the latter is what lets it emit 16-byte vector loads), and the
+row count / column-block count are marked do_not_specialize, so a new shape compiles
+a new kernel only when it changes the width bucket or that alignment class.
+
+Offsets are computed in int64 (row index * row stride), so tensors of more than
+2**31 elements index correctly.
+
+No libdevice in the Triton interpreter (TRITON_INTERPRET=1, used by the CPU tests):
+tanh-GELU uses 0.5 * (1 + tanh(z)) == sigmoid(2z) and `tl.math.erf` (which the
+interpreter and the CUDA backend both provide) for the exact form.
+"""
+
+from contextlib import nullcontext
+from typing import NamedTuple
+
+import torch
+
+from ._checks import row_layout
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only torch without triton: the package still imports.
+    triton = None
+    tl = None
+
+HAS_TRITON = triton is not None
+
+
+class LaunchConfig(NamedTuple):
+    block_m: int  # rows per tile
+    block_n: int  # columns per tile
+    num_warps: int
+
+
+# (width bucket, dtype) -> (BLOCK_M, BLOCK_N, num_warps). A width falls in the first
+# bucket >= width; "wide" is every width above 128. Tiles are 4096 elements for 16-bit
+# types and 2048 for float32 (8 KiB per tensor either way); narrow widths stack more
+# rows per tile. Column tiles of 256 waste at most 255 idle lanes per row on widths
+# that are not a multiple of 256, instead of up to half a tile with wider ones.
+_WIDTH_BUCKETS = (16, 32, 64, 128)
+_LAUNCH_TABLE = {
+    (16, torch.bfloat16): LaunchConfig(256, 16, 4),
+    (16, torch.float16): LaunchConfig(256, 16, 4),
+    (16, torch.float32): LaunchConfig(128, 16, 4),
+    (32, torch.bfloat16): LaunchConfig(128, 32, 4),
+    (32, torch.float16): LaunchConfig(128, 32, 4),
+    (32, torch.float32): LaunchConfig(64, 32, 4),
+    (64, torch.bfloat16): LaunchConfig(64, 64, 4),
+    (64, torch.float16): LaunchConfig(64, 64, 4),
+    (64, torch.float32): LaunchConfig(32, 64, 4),
+    (128, torch.bfloat16): LaunchConfig(32, 128, 4),
+    (128, torch.float16): LaunchConfig(32, 128, 4),
+    (128, torch.float32): LaunchConfig(16, 128, 4),
+    ("wide", torch.bfloat16): LaunchConfig(16, 256, 4),
+    ("wide", torch.float16): LaunchConfig(16, 256, 4),
+    ("wide", torch.float32): LaunchConfig(8, 256, 4),
+}
+
+
+def width_bucket(width: int):
+    for bucket in _WIDTH_BUCKETS:
+        if width <= bucket:
+            return bucket
+    return "wide"
+
+
+def launch_config(width: int, dtype: torch.dtype) -> LaunchConfig:
+    return _LAUNCH_TABLE[(width_bucket(width), dtype)]
+
+
+def launch_grid(rows: int, width: int, cfg: LaunchConfig):
+    """(grid, column blocks): one program per [BLOCK_M, BLOCK_N] tile, on grid axis 0
+    (axis 0 allows 2**31 - 1 programs; axes 1 and 2 only 65535)."""
+    col_blocks = triton.cdiv(width, cfg.block_n)
+    return (triton.cdiv(rows, cfg.block_m) * col_blocks,), col_blocks
+
+
+if HAS_TRITON:
+    # 0.5 * (1 + tanh(z)) == sigmoid(2z), z = sqrt(2/pi) * (x + 0.044715 x^3):
+    # gelu_tanh(x) = x * sigmoid(x * (_TANH_A + _TANH_B * x^2)).
+    _TANH_A = tl.constexpr(1.5957691216057308)  # 2 * sqrt(2 / pi)
+    _TANH_B = tl.constexpr(0.0713548162726009)  # 2 * sqrt(2 / pi) * 0.044715
+    _TANH_DB = tl.constexpr(0.2140644488178027)  # d/dx of _TANH_B * x^3, divided by x^2
+    _SQRT1_2 = tl.constexpr(0.7071067811865476)
+    _INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
+
+    @triton.jit
+    def _gelu(g, APPROXIMATE_TANH: tl.constexpr):
+        if APPROXIMATE_TANH:
+            return g * tl.sigmoid(g * (_TANH_A + _TANH_B * g * g))
+        else:
+            return 0.5 * g * (1.0 + tl.math.erf(g * _SQRT1_2))
+
+    @triton.jit
+    def _gelu_and_grad(g, APPROXIMATE_TANH: tl.constexpr):
+        """(gelu(g), d gelu / d g), float32."""
+        if APPROXIMATE_TANH:
+            s = tl.sigmoid(g * (_TANH_A + _TANH_B * g * g))
+            act = g * s
+            grad = s + act * (1.0 - s) * (_TANH_A + _TANH_DB * g * g)
+        else:
+            cdf = 0.5 * (1.0 + tl.math.erf(g * _SQRT1_2))
+            act = g * cdf
+            grad = cdf + g * tl.exp(-0.5 * g * g) * _INV_SQRT_2PI
+        return act, grad
+
+    @triton.jit(do_not_specialize=["n_rows", "n_col_blocks"])
+    def _forward_kernel(
+        gate_ptr,
+        up_ptr,
+        out_ptr,
+        n_rows,
+        n_cols,
+        n_col_blocks,
+        gate_row_stride,
+        up_row_stride,
+        out_row_stride,
+        APPROXIMATE_TANH: tl.constexpr,
+        HAS_UP: tl.constexpr,  # False: plain gelu(gate), up_ptr is unused
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        row_block = pid // n_col_blocks
+        col_block = pid - row_block * n_col_blocks
+        rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+        rows = rows.to(tl.int64)
+        cols = cols[None, :]
+
+        g = tl.load(gate_ptr + (rows * gate_row_stride)[:, None] + cols, mask=mask, other=0.0)
+        y = _gelu(g.to(tl.float32), APPROXIMATE_TANH)
+        if HAS_UP:
+            u = tl.load(up_ptr + (rows * up_row_stride)[:, None] + cols, mask=mask, other=0.0)
+            y = y * u.to(tl.float32)
+        tl.store(out_ptr + (rows * out_row_stride)[:, None] + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit(do_not_specialize=["n_rows", "n_col_blocks"])
+    def _backward_kernel(
+        grad_out_ptr,
+        gate_ptr,
+        up_ptr,
+        grad_gate_ptr,
+        grad_up_ptr,
+        n_rows,
+        n_cols,
+        n_col_blocks,
+        grad_out_row_stride,
+        gate_row_stride,
+        up_row_stride,
+        grad_gate_row_stride,
+        grad_up_row_stride,
+        APPROXIMATE_TANH: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        row_block = pid // n_col_blocks
+        col_block = pid - row_block * n_col_blocks
+        rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+        rows = rows.to(tl.int64)
+        cols = cols[None, :]
+
+        dy = tl.load(grad_out_ptr + (rows * grad_out_row_stride)[:, None] + cols, mask=mask, other=0.0)
+        g = tl.load(gate_ptr + (rows * gate_row_stride)[:, None] + cols, mask=mask, other=0.0)
+        u = tl.load(up_ptr + (rows * up_row_stride)[:, None] + cols, mask=mask, other=0.0)
+        dy = dy.to(tl.float32)
+        act, dact = _gelu_and_grad(g.to(tl.float32), APPROXIMATE_TANH)
+        grad_gate = dy * u.to(tl.float32) * dact
+        grad_up = dy * act
+        tl.store(
+            grad_gate_ptr + (rows * grad_gate_row_stride)[:, None] + cols,
+            grad_gate.to(grad_gate_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        tl.store(
+            grad_up_ptr + (rows * grad_up_row_stride)[:, None] + cols,
+            grad_up.to(grad_up_ptr.dtype.element_ty),
+            mask=mask,
+        )
+
+
+# --------------------------------------------------------------------------- launchers
+
+
+def _require_triton(t: torch.Tensor) -> None:
+    if not HAS_TRITON:
+        raise RuntimeError("geglu: the Triton path needs the `triton` package, which is not installed")
+    if t.device.type != "cuda" and type(_forward_kernel).__name__ != "InterpretedFunction":
+        raise RuntimeError(
+            f"geglu: Triton kernels need CUDA tensors, got {t.device.type} (CPU tensors run only "
+            "under the Triton interpreter: TRITON_INTERPRET=1 set before the package is imported)"
+        )
+
+
+def _rows(name: str, t: torch.Tensor):
+    layout = row_layout(t)
+    if layout is None:
+        raise ValueError(f"{name}: expected a row-strided matrix, got shape {tuple(t.shape)} strides {t.stride()}")
+    return layout
+
+
+def _approximate_tanh(approximate: str) -> bool:
+    if approximate not in ("tanh", "none"):
+        raise ValueError(f"approximate must be 'tanh' or 'none', got {approximate!r}")
+    return approximate == "tanh"
+
+
+def geglu_forward(out: torch.Tensor, gate: torch.Tensor, up, approximate: str) -> torch.Tensor:
+    """out = gelu(gate) * up (up=None: out = gelu(gate)). All row-strided, one shape."""
+    tanh = _approximate_tanh(approximate)
+    rows, width, gate_stride = _rows("gate", gate)
+    _, _, out_stride = _rows("out", out)
+    up_stride = gate_stride if up is None else _rows("up", up)[2]
+    if rows == 0 or width == 0:
+        return out
+    _require_triton(gate)
+    cfg = launch_config(width, out.dtype)
+    grid, col_blocks = launch_grid(rows, width, cfg)
+    with torch.cuda.device(gate.device) if gate.device.type == "cuda" else nullcontext():
+        _forward_kernel[grid](
+            gate,
+            gate if up is None else up,
+            out,
+            rows,
+            width,
+            col_blocks,
+            gate_stride,
+            up_stride,
+            out_stride,
+            APPROXIMATE_TANH=tanh,
+            HAS_UP=up is not None,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            num_warps=cfg.num_warps,
+        )
+    return out
+
+
+def geglu_backward(
+    grad_gate: torch.Tensor,
+    grad_up: torch.Tensor,
+    grad_out: torch.Tensor,
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    approximate: str,
+) -> None:
+    """grad_gate = grad_out * up * gelu'(gate); grad_up = grad_out * gelu(gate)."""
+    tanh = _approximate_tanh(approximate)
+    rows, width, gate_stride = _rows("gate", gate)
+    strides = [_rows(n, t)[2] for n, t in (("grad_out", grad_out), ("up", up), ("grad_gate", grad_gate), ("grad_up", grad_up))]
+    if rows == 0 or width == 0:
+        return
+    _require_triton(gate)
+    cfg = launch_config(width, gate.dtype)
+    grid, col_blocks = launch_grid(rows, width, cfg)
+    with torch.cuda.device(gate.device) if gate.device.type == "cuda" else nullcontext():
+        _backward_kernel[grid](
+            grad_out,
+            gate,
+            up,
+            grad_gate,
+            grad_up,
+            rows,
+            width,
+            col_blocks,
+            strides[0],
+            gate_stride,
+            strides[1],
+            strides[2],
+            strides[3],
+            APPROXIMATE_TANH=tanh,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            num_warps=cfg.num_warps,
+        )
