@@ -14,6 +14,10 @@ OUT=${OUT:-/tmp/geglu-out}
 mkdir -p "$OUT"
 stages=${*:-build test sanitize bench}
 export PYTHONUNBUFFERED=1
+# The image's default CXX (/opt/gcc/bin/g++) links libstdc++ statically, which drags
+# glibc 2.34+ symbols into the module (manylinux_2_28 violations) and would give the
+# module its own libstdc++ beside torch's. Build with the system compiler, as torch does.
+export CXX=/usr/bin/g++ CC=/usr/bin/gcc
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

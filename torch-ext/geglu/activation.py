@@ -1,6 +1,424 @@
-# Placeholder: replaced by the activation work (Triton + dispatch + autograd).
-def _todo(*args, **kwargs):
-    raise NotImplementedError
+"""Public activation API: GeGLU (gelu(gate) * up) and GELU, forward and backward.
+
+One dispatch point, `_backend`, picks the implementation per call from the device
+of the input:
+  * "native": the compiled op of this build, when the native module loaded with this
+    variant has a kernel for that device type (the compiled CUDA variant: CUDA; the
+    compiled CPU variant: CPU). Decided once at import, so torch.compile sees a constant.
+  * "triton": CUDA tensors without a native CUDA kernel (the noarch `torch-cuda`
+    variant, or the CPU variant on a CUDA torch): the Triton kernels of
+    `triton_activation`, registered below as custom ops.
+  * "eager": any other device (CPU tensors in the noarch or the CUDA variant): a
+    composite of PyTorch ops computing the same float32 math. Correct, not fused.
+
+Every public function validates its arguments first (see `_checks`), so a bad call
+raises ValueError/TypeError naming the argument whichever backend would have run.
+
+Registrations (all through `add_op_namespace_prefix`, so two builds load side by side):
+  * Triton custom ops geglu_triton, geglu_backward_triton, geglu_merged_triton,
+    geglu_merged_backward_triton, gelu_and_mul_triton, gelu_triton, with fake
+    (meta) implementations; geglu_triton and geglu_merged_triton are differentiable.
+  * For the native ops (arch variants only): fakes for all six, autograd for `geglu`.
+Importing the same build twice (one namespace) reuses the registrations of the first
+import instead of failing on "already registered".
+"""
+
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import _checks, triton_activation
+from ._ops import add_op_namespace_prefix, ops
+
+# --------------------------------------------------------------------------- dispatch
+
+_NATIVE_OPS = ("gelu_and_mul", "gelu_tanh_and_mul", "gelu", "gelu_tanh", "geglu", "geglu_backward")
 
 
-gelu_and_mul = gelu_tanh_and_mul = gelu = gelu_tanh = geglu = geglu_backward = geglu_merged = _todo
+def _op_defined(name: str) -> bool:
+    return hasattr(ops, name)
+
+
+def _native_device_types() -> frozenset:
+    """Device types for which the native module has a kernel for every native op."""
+    if not all(_op_defined(op) for op in _NATIVE_OPS):
+        return frozenset()  # noarch variant: no native module
+    found = set()
+    for dispatch_key, device_type in (("CPU", "cpu"), ("CUDA", "cuda")):
+        if all(
+            torch._C._dispatch_has_kernel_for_dispatch_key(add_op_namespace_prefix(op), dispatch_key)
+            for op in _NATIVE_OPS
+        ):
+            found.add(device_type)
+    return frozenset(found)
+
+
+NATIVE_DEVICE_TYPES = _native_device_types()
+
+
+def _backend(t: Tensor) -> str:
+    """The single dispatch point: "native", "triton" or "eager" for tensors like `t`."""
+    device_type = t.device.type
+    if device_type in NATIVE_DEVICE_TYPES:
+        return "native"
+    if device_type == "cuda":
+        return "triton"
+    return "eager"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _as_rows(t: Tensor) -> Tensor:
+    """`t` itself when it is a row-strided matrix, else a contiguous copy (internal
+    inputs only, e.g. autograd's grad_out, which may be expanded or transposed)."""
+    return t if _checks.row_layout(t) is not None else t.contiguous()
+
+
+def _halves(x: Tensor) -> Tuple[Tensor, Tensor]:
+    """gate = x[..., :d], up = x[..., d:]: views, row-strided whenever x is."""
+    d = x.shape[-1] // 2
+    return x[..., :d], x[..., d:]
+
+
+def _merged_out_shape(x: Tensor) -> Tuple[int, ...]:
+    return tuple(x.shape[:-1]) + (x.shape[-1] // 2,)
+
+
+# GELU and its derivative in float32, for the eager composite. tanh form: the identity
+# 0.5 * (1 + tanh(z)) == sigmoid(2z), as in the Triton and native kernels.
+_TANH_A = 1.5957691216057308  # 2 * sqrt(2 / pi)
+_TANH_B = 0.0713548162726009  # 2 * sqrt(2 / pi) * 0.044715
+_SQRT1_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+def _eager_gelu_and_grad(g: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
+    if approximate == "tanh":
+        s = torch.sigmoid(g * (_TANH_A + _TANH_B * g * g))
+        act = g * s
+        return act, s + act * (1.0 - s) * (_TANH_A + 3.0 * _TANH_B * g * g)
+    cdf = 0.5 * (1.0 + torch.erf(g * _SQRT1_2))
+    return g * cdf, cdf + g * torch.exp(-0.5 * g * g) * _INV_SQRT_2PI
+
+
+def _eager_geglu(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
+    """Differentiable through PyTorch's own autograd."""
+    return (F.gelu(gate.float(), approximate=approximate) * up.float()).to(gate.dtype)
+
+
+def _eager_geglu_backward(grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
+    act, dact = _eager_gelu_and_grad(gate.float(), approximate)
+    dy = grad_out.float()
+    return (dy * up.float() * dact).to(gate.dtype), (dy * act).to(up.dtype)
+
+
+# --------------------------------------------------------------------------- Triton ops
+
+
+def _geglu_triton(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
+    gate, up = _as_rows(gate), _as_rows(up)
+    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    triton_activation.geglu_forward(out, gate, up, approximate)
+    return out
+
+
+def _geglu_triton_fake(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
+    return gate.new_empty(gate.shape)
+
+
+def _geglu_backward_triton(grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
+    grad_gate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    grad_up = torch.empty(up.shape, dtype=up.dtype, device=up.device)
+    triton_activation.geglu_backward(
+        grad_gate, grad_up, _as_rows(grad_out), _as_rows(gate), _as_rows(up), approximate
+    )
+    return grad_gate, grad_up
+
+
+def _geglu_backward_fake(grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
+    return gate.new_empty(gate.shape), up.new_empty(up.shape)
+
+
+def _geglu_merged_triton(x: Tensor, approximate: str) -> Tensor:
+    _checks.check_even_last_dim("x", x)
+    x = _as_rows(x)
+    out = torch.empty(_merged_out_shape(x), dtype=x.dtype, device=x.device)
+    gate, up = _halves(x)
+    triton_activation.geglu_forward(out, gate, up, approximate)
+    return out
+
+
+def _geglu_merged_triton_fake(x: Tensor, approximate: str) -> Tensor:
+    _checks.check_even_last_dim("x", x)
+    return x.new_empty(_merged_out_shape(x))
+
+
+def _geglu_merged_backward_triton(grad_out: Tensor, x: Tensor, approximate: str) -> Tensor:
+    # One kernel writes both halves of grad_x: no torch.cat, no slice-backward zeros.
+    x = _as_rows(x)
+    grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    grad_gate, grad_up = _halves(grad_x)
+    gate, up = _halves(x)
+    triton_activation.geglu_backward(grad_gate, grad_up, _as_rows(grad_out), gate, up, approximate)
+    return grad_x
+
+
+def _geglu_merged_backward_fake(grad_out: Tensor, x: Tensor, approximate: str) -> Tensor:
+    return x.new_empty(x.shape)
+
+
+def _gelu_and_mul_triton(out: Tensor, x: Tensor, approximate: str) -> None:
+    gate, up = _halves(_as_rows(x))
+    triton_activation.geglu_forward(out, gate, up, approximate)
+
+
+def _gelu_triton(out: Tensor, x: Tensor, approximate: str) -> None:
+    triton_activation.geglu_forward(out, _as_rows(x), None, approximate)
+
+
+def _mutating_fake(out: Tensor, x: Tensor, approximate: str) -> None:
+    return None
+
+
+def _save_inputs(ctx, inputs, output) -> None:
+    """setup_context for ops whose inputs are (tensor..., approximate)."""
+    ctx.save_for_backward(*inputs[:-1])
+    ctx.approximate = inputs[-1]
+
+
+def _geglu_triton_grad(ctx, grad: Tensor):
+    gate, up = ctx.saved_tensors
+    grad_gate, grad_up = ops.geglu_backward_triton(grad, gate, up, ctx.approximate)
+    return grad_gate, grad_up, None
+
+
+def _geglu_merged_triton_grad(ctx, grad: Tensor):
+    (x,) = ctx.saved_tensors
+    return ops.geglu_merged_backward_triton(grad, x, ctx.approximate), None
+
+
+def _register_triton_ops() -> None:
+    def define(name, schema, impl, fake, mutates_args=()):
+        op = torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=mutates_args, schema=schema)
+        op.register_fake(fake)
+        return op
+
+    define(
+        "geglu_triton", "(Tensor gate, Tensor up, str approximate) -> Tensor", _geglu_triton, _geglu_triton_fake
+    ).register_autograd(_geglu_triton_grad, setup_context=_save_inputs)
+    define(
+        "geglu_backward_triton",
+        "(Tensor grad_out, Tensor gate, Tensor up, str approximate) -> (Tensor, Tensor)",
+        _geglu_backward_triton,
+        _geglu_backward_fake,
+    )
+    define(
+        "geglu_merged_triton", "(Tensor x, str approximate) -> Tensor", _geglu_merged_triton, _geglu_merged_triton_fake
+    ).register_autograd(_geglu_merged_triton_grad, setup_context=_save_inputs)
+    define(
+        "geglu_merged_backward_triton",
+        "(Tensor grad_out, Tensor x, str approximate) -> Tensor",
+        _geglu_merged_backward_triton,
+        _geglu_merged_backward_fake,
+    )
+    define(
+        "gelu_and_mul_triton",
+        "(Tensor(a!) out, Tensor x, str approximate) -> ()",
+        _gelu_and_mul_triton,
+        _mutating_fake,
+        mutates_args=("out",),
+    )
+    define(
+        "gelu_triton",
+        "(Tensor(a!) out, Tensor x, str approximate) -> ()",
+        _gelu_triton,
+        _mutating_fake,
+        mutates_args=("out",),
+    )
+
+
+# A second import of the same build (same namespace) finds the ops registered already.
+if not _op_defined("geglu_triton"):
+    _register_triton_ops()
+
+
+# --------------------------------------------------------------------------- native ops
+
+
+def _native_geglu_fake(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
+    return gate.new_empty(gate.shape)
+
+
+def _native_out_fake(out: Tensor, input: Tensor) -> None:
+    return None
+
+
+def _native_geglu_grad(ctx, grad: Tensor):
+    gate, up = ctx.saved_tensors
+    grad_gate, grad_up = ops.geglu_backward(_as_rows(grad), gate, up, ctx.approximate)
+    return grad_gate, grad_up, None
+
+
+def _register_native_ops() -> None:
+    for name in ("gelu_and_mul", "gelu_tanh_and_mul", "gelu", "gelu_tanh"):
+        torch.library.register_fake(add_op_namespace_prefix(name), _native_out_fake)
+    torch.library.register_fake(add_op_namespace_prefix("geglu"), _native_geglu_fake)
+    torch.library.register_fake(add_op_namespace_prefix("geglu_backward"), _geglu_backward_fake)
+    torch.library.register_autograd(
+        add_op_namespace_prefix("geglu"), _native_geglu_grad, setup_context=_save_inputs
+    )
+
+
+# Only arch variants define native ops; the native module can be loaded once per
+# process (one TORCH_LIBRARY per namespace), so this runs once per namespace.
+if all(_op_defined(op) for op in _NATIVE_OPS):
+    _register_native_ops()
+
+
+class _GegluMergedNative(torch.autograd.Function):
+    """geglu_merged over the native geglu op on the two halves of x; the backward
+    writes grad_gate/grad_up with the native backward and joins them."""
+
+    @staticmethod
+    def forward(x: Tensor, approximate: str) -> Tensor:
+        gate, up = _halves(x)
+        return ops.geglu(gate, up, approximate)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        _save_inputs(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (x,) = ctx.saved_tensors
+        gate, up = _halves(x)
+        grad_gate, grad_up = ops.geglu_backward(_as_rows(grad), gate, up, ctx.approximate)
+        return torch.cat([grad_gate, grad_up], dim=-1), None
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_pair(gate: Tensor, up: Tensor) -> None:
+    _checks.check_tensor("gate", gate)
+    _checks.check_tensor("up", up)
+    _checks.check_same_device("up", up, "gate", gate)
+    _checks.check_same_dtype("up", up, "gate", gate)
+    _checks.check_same_shape("up", up, "gate", gate)
+    _checks.check_last_dim_stride("gate", gate)
+    _checks.check_last_dim_stride("up", up)
+
+
+def _check_input(name: str, x: Tensor, *, merged: bool) -> None:
+    _checks.check_tensor(name, x)
+    if merged:
+        _checks.check_even_last_dim(name, x)
+    _checks.check_last_dim_stride(name, x)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def _gelu_and_mul(out: Tensor, x: Tensor, approximate: str) -> Tensor:
+    _check_input("x", x, merged=True)
+    _checks.check_out("out", out, shape=_merged_out_shape(x), like_name="x", like=x)
+    backend = _backend(x)
+    if backend == "native":
+        if approximate == "tanh":
+            ops.gelu_tanh_and_mul(out, x)
+        else:
+            ops.gelu_and_mul(out, x)
+    elif backend == "triton":
+        ops.gelu_and_mul_triton(out, x, approximate)
+    else:
+        gate, up = _halves(x)
+        out.copy_(_eager_geglu(gate, up, approximate))
+    return out
+
+
+def _gelu(out: Tensor, x: Tensor, approximate: str) -> Tensor:
+    _check_input("x", x, merged=False)
+    _checks.check_out("out", out, shape=tuple(x.shape), like_name="x", like=x)
+    backend = _backend(x)
+    if backend == "native":
+        if approximate == "tanh":
+            ops.gelu_tanh(out, x)
+        else:
+            ops.gelu(out, x)
+    elif backend == "triton":
+        ops.gelu_triton(out, x, approximate)
+    else:
+        out.copy_(F.gelu(x.float(), approximate=approximate).to(x.dtype))
+    return out
+
+
+def gelu_and_mul(out: Tensor, x: Tensor) -> Tensor:
+    """out = gelu(x[..., :d]) * x[..., d:] with exact (erf) GELU; x [..., 2d], out [..., d].
+    Writes `out` (row-strided allowed) and returns it. Not differentiable."""
+    return _gelu_and_mul(out, x, "none")
+
+
+def gelu_tanh_and_mul(out: Tensor, x: Tensor) -> Tensor:
+    """As `gelu_and_mul`, with the tanh approximation of GELU."""
+    return _gelu_and_mul(out, x, "tanh")
+
+
+def gelu(out: Tensor, x: Tensor) -> Tensor:
+    """out = gelu(x) (exact, erf), out of x's shape; returns `out`. Not differentiable."""
+    return _gelu(out, x, "none")
+
+
+def gelu_tanh(out: Tensor, x: Tensor) -> Tensor:
+    """out = gelu(x) with the tanh approximation; returns `out`. Not differentiable."""
+    return _gelu(out, x, "tanh")
+
+
+def geglu(gate: Tensor, up: Tensor, approximate: str = "tanh") -> Tensor:
+    """gelu(gate, approximate) * up, a new contiguous tensor of gate's shape.
+    Differentiable with respect to gate and up; math in float32."""
+    _checks.check_approximate("approximate", approximate)
+    _check_pair(gate, up)
+    backend = _backend(gate)
+    if backend == "native":
+        return ops.geglu(gate, up, approximate)
+    if backend == "triton":
+        return ops.geglu_triton(gate, up, approximate)
+    return _eager_geglu(gate, up, approximate)
+
+
+def geglu_backward(
+    grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str = "tanh"
+) -> Tuple[Tensor, Tensor]:
+    """(grad_gate, grad_up) of geglu for the upstream gradient grad_out."""
+    _checks.check_approximate("approximate", approximate)
+    _check_pair(gate, up)
+    _checks.check_tensor("grad_out", grad_out)
+    _checks.check_same_device("grad_out", grad_out, "gate", gate)
+    _checks.check_same_dtype("grad_out", grad_out, "gate", gate)
+    _checks.check_same_shape("grad_out", grad_out, "gate", gate)
+    _checks.check_last_dim_stride("grad_out", grad_out)
+    backend = _backend(gate)
+    if backend == "native":
+        grad_gate, grad_up = ops.geglu_backward(grad_out, gate, up, approximate)
+    elif backend == "triton":
+        grad_gate, grad_up = ops.geglu_backward_triton(grad_out, gate, up, approximate)
+    else:
+        grad_gate, grad_up = _eager_geglu_backward(grad_out, gate, up, approximate)
+    return grad_gate, grad_up
+
+
+def geglu_merged(x: Tensor, approximate: str = "tanh") -> Tensor:
+    """gelu(x[..., :d], approximate) * x[..., d:] for x = [..., 2d] (gate first), a new
+    contiguous [..., d] tensor. Differentiable with respect to x."""
+    _checks.check_approximate("approximate", approximate)
+    _check_input("x", x, merged=True)
+    backend = _backend(x)
+    if backend == "native":
+        return _GegluMergedNative.apply(x, approximate)
+    if backend == "triton":
+        return ops.geglu_merged_triton(x, approximate)
+    gate, up = _halves(x)
+    return _eager_geglu(gate, up, approximate)
