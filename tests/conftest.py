@@ -33,6 +33,11 @@ def pytest_collection_modifyitems(config, items):
 def _load(backend=None):
     from kernels import get_kernel
 
+    rev = os.environ.get("GEGLU_HUB_REVISION")
+    if rev:  # .github/workflows/gpu-tests.yml: test the build uploaded to the Hub
+        repo = os.environ.get("GEGLU_HUB_REPO", REPO_ID)
+        os.environ.pop("LOCAL_KERNELS", None)
+        return get_kernel(repo, revision=rev, backend=backend, trust_remote_code=[repo])
     if not (REPO / "build").is_dir():
         raise RuntimeError("build/ is missing: run `python -m tools.build` first")
     os.environ["LOCAL_KERNELS"] = f"{REPO_ID}={REPO}"

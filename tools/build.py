@@ -108,20 +108,31 @@ def read_config(src: Path) -> BuildConfig:
 # --------------------------------------------------------------------------- identity
 
 
+def git_dirty(src: Path) -> bool | None:
+    """Whether tracked files have uncommitted changes; None outside git."""
+    try:
+        return bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=src, check=True, capture_output=True, text=True,
+            ).stdout.strip()
+        )
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return None
+
+
 def git_uid(src: Path) -> str:
-    """7 hex digits of the tree hash of HEAD, `_dirty` appended for uncommitted work."""
+    """7 hex digits of the tree hash of HEAD, `_dirty` appended for uncommitted work;
+    a random base32 id outside git (as kernel-builder does)."""
     try:
         tree = subprocess.run(
             ["git", "rev-parse", "--short=7", "HEAD^{tree}"], cwd=src, check=True, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=src, check=True, capture_output=True, text=True
         ).stdout.strip()
     except (subprocess.CalledProcessError, FileNotFoundError):
         import secrets
 
         return "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz234567") for _ in range(7))
-    return tree + ("_dirty" if dirty else "")
+    return tree + ("_dirty" if git_dirty(src) else "")
 
 
 def git_commit(src: Path) -> str | None:
@@ -351,7 +362,7 @@ def write_metadata(cfg: BuildConfig, dest: Path, ops_name: str, backend: dict, u
         "digest": {"algorithm": "sha256", "files": dict(sorted(digest.files.items()))},
         "provenance": {
             "kernel-builder": {"version": "geglu-tools-build"},
-            "kernel": {"commit": commit, "dirty": uid.endswith("_dirty")} if commit else None,
+            "kernel": {"commit": commit, "dirty": bool(git_dirty(REPO))} if commit else None,
         },
     }
     if metadata["provenance"]["kernel"] is None:
