@@ -1,0 +1,146 @@
+"""Reading a variant's public API statically (tools/release_api.py) and comparing two."""
+
+import ast
+
+import pytest
+from release_fakes import CPU, NOARCH, variant_files
+
+from tools.release_api import (
+    _param_changes,
+    _params,
+    compare_ops,
+    compare_python_api,
+    describe_api,
+    native_ops,
+    signature_text,
+)
+
+
+def api_of(files):
+    return describe_api({r: b for r, b in files.items() if "/" not in r and r.endswith((".py", ".so"))})
+
+
+def params(src: str) -> list[dict]:
+    fn = ast.parse(src).body[0]
+    return _params(fn.args)
+
+
+def test_describes_all_signatures_layers_and_ops():
+    api = api_of(variant_files(CPU))
+    assert api["errors"] == []
+    assert api["all"] == ["geglu", "gelu", "gelu_and_mul", "layers"]
+    assert api["entries"]["geglu"]["text"] == "(gate, up, approximate='tanh')"
+    # `gelu_and_mul = gelu` resolves through the alias.
+    assert api["entries"]["gelu_and_mul"]["text"] == "(out, x)"
+    assert api["entries"]["layers"] == {"kind": "module", "module": "layers"}
+    assert set(api["layers"]) == {"GeGLUMLP", "GeluTanh"}  # _Helper is private
+    assert api["layers"]["GeGLUMLP"]["text"] == "(x)" and api["layers"]["GeGLUMLP"]["can_torch_compile"] is True
+    assert api["layers"]["GeluTanh"]["has_backward"] is False
+    assert api["ops"] == {
+        "geglu": "geglu(Tensor gate, Tensor up, str approximate) -> Tensor",
+        "gelu_and_mul": "gelu_and_mul(Tensor! out, Tensor input) -> ()",
+        "geglu_triton": "geglu_triton(Tensor gate, Tensor up, str approximate) -> Tensor",
+    }
+
+
+def test_noarch_variant_has_only_python_ops():
+    assert set(api_of(variant_files(NOARCH))["ops"]) == {"geglu_triton"}
+
+
+def test_custom_op_decorator_schemas():
+    act = (
+        "import torch\nfrom ._ops import add_op_namespace_prefix\n\n"
+        "@torch.library.custom_op(add_op_namespace_prefix('scale'), mutates_args=())\n"
+        "def scale(x: torch.Tensor, s: float) -> torch.Tensor:\n    return x * s\n\n"
+        "@torch.library.custom_op(add_op_namespace_prefix('shift'), mutates_args=(), schema='(Tensor x) -> Tensor')\n"
+        "def shift(x):\n    return x\n"
+    )
+    api = api_of(variant_files(NOARCH, **{"activation.py": variant_files(NOARCH)["activation.py"].decode() + act}))
+    assert api["ops"]["scale"] == "scale(Tensor x, float s) -> Tensor"
+    assert api["ops"]["shift"] == "shift(Tensor x) -> Tensor"
+
+
+def test_native_op_strings_are_found_in_a_binary():
+    blob = b"\x00\x01ELF\x00foo(Tensor(a!) out, Tensor x) -> ()\x00not a schema\x00bar.overload(int n) -> (Tensor, Tensor)\x00"
+    assert native_ops(blob) == {
+        "foo": "foo(Tensor(a!) out, Tensor x) -> ()",
+        "bar.overload": "bar.overload(int n) -> (Tensor, Tensor)",
+    }
+
+
+@pytest.mark.parametrize(
+    "edit, error",
+    [
+        ({"__init__.py": "__all__ = make()\n"}, "no literal __all__"),
+        ({"__init__.py": "from .activation import geglu\n__all__ = ['geglu']\n"}, "`layers` is not in __all__"),
+        ({"__init__.py": None}, "no __init__.py"),
+        ({"layers.py": "class (:\n"}, "layers.py: cannot parse"),
+    ],
+)
+def test_unreadable_apis_are_reported(edit, error):
+    assert any(error in e for e in api_of(variant_files(CPU, **edit))["errors"])
+
+
+def test_signature_text_round_trips_every_kind():
+    src = "def f(a, /, b, c=1, *args, d, e=None, **kw): pass"
+    assert signature_text(params(src)) == "(a, /, b, c=1, *args, d, e=None, **kw)"
+    assert signature_text(params("def f(a, *, b=2): pass")) == "(a, *, b=2)"
+
+
+@pytest.mark.parametrize(
+    "old, new, breaks, adds",
+    [
+        ("def f(a, b=1): pass", "def f(a, b=1): pass", 0, 0),
+        ("def f(a, b=1): pass", "def f(a, b=1, c=2): pass", 0, 1),
+        ("def f(a, b=1): pass", "def f(a, b=1, *, c=2): pass", 0, 1),
+        ("def f(a, b=1): pass", "def f(a, b): pass", 1, 0),
+        ("def f(a, b=1): pass", "def f(a, b=2): pass", 1, 0),
+        ("def f(a, b=1): pass", "def f(a): pass", 1, 0),
+        ("def f(a, b=1): pass", "def f(x, b=1): pass", 1, 0),
+        ("def f(a, b=1): pass", "def f(a, b=1, c): pass".replace(", c)", ", *, c)"), 1, 0),
+        ("def f(a, b): pass", "def f(a, b=1): pass", 0, 0),  # a default relaxes
+        ("def f(a, *, k=1): pass", "def f(a, k=1): pass", 0, 0),  # keyword-only -> either
+        ("def f(a, *, k=1): pass", "def f(a): pass", 1, 0),
+        ("def f(*args, **kw): pass", "def f(a): pass", 3, 0),
+        ("def f(a, k=1): pass", "def f(*args, **kw): pass", 0, 0),  # still accepted
+        ("def f(a, /): pass", "def f(*args): pass", 0, 0),
+        ("def f(a, b): pass", "def f(*args): pass", 2, 0),  # keyword callers break
+    ],
+)
+def test_parameter_compatibility(old, new, breaks, adds):
+    b, a = _param_changes("f", params(old), params(new))
+    assert (len(b), len(a)) == (breaks, adds), (b, a)
+
+
+def test_compare_reports_removals_changes_and_additions():
+    old = api_of(variant_files(CPU))
+    init = variant_files(CPU)["__init__.py"].decode().replace('"gelu", ', '"gelu2", ')
+    init = init.replace("gelu_and_mul\n", "gelu_and_mul\ngelu2 = gelu\n")
+    new = api_of(variant_files(CPU, **{"__init__.py": init}))
+    breaks, adds = compare_python_api(old, new)
+    assert breaks == ["`gelu` removed from __all__"]
+    assert adds == ["`gelu2` added to __all__"]
+    assert compare_ops(old, new) == []
+    assert compare_python_api(old, old) == ([], [])
+
+
+def test_ops_defined_through_a_helper_take_the_schema_torch_infers():
+    linear = (
+        "from typing import Optional, Tuple\nimport torch\nfrom torch import Tensor\n"
+        "from ._ops import add_op_namespace_prefix, ops\n\n"
+        "def _define(name, impl, fake=None):\n"
+        "    if not hasattr(ops, name):\n"
+        "        op = torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=())\n"
+        "    return getattr(ops, name).default\n\n"
+        "def _lin_impl(x: Tensor, b: Optional[Tensor], s: float = 1.0, mode: str = 'tanh') -> Tuple[Tensor, Tensor]:\n"
+        "    return x, x\n\n"
+        "def _scale_impl(out: Tensor, x: 'Tensor', n: int) -> None:\n"
+        "    pass\n\n"
+        "_lin = _define('lin', _lin_impl)\n"
+        "torch.library.register_fake(add_op_namespace_prefix('not_a_definition'), _lin_impl)\n"
+        "_scale = torch.library.custom_op(add_op_namespace_prefix('scale'), _scale_impl, mutates_args=('out',))\n"
+    )
+    ops = api_of(variant_files(NOARCH, **{"linear.py": linear}))["ops"]
+    assert ops["lin"] == 'lin(Tensor x, Tensor? b, float s=1.0, str mode="tanh") -> (Tensor, Tensor)'
+    assert ops["scale"] == "scale(Tensor(a0!) out, Tensor x, SymInt n) -> ()"
+    assert "not_a_definition" not in ops
