@@ -11,6 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# Without a GPU, Triton kernels run in its interpreter. The flag must be set before
+# anything imports triton (its library functions are wrapped at import).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 REPO = Path(__file__).resolve().parent.parent
 REPO_ID = "org/geglu"
 

@@ -97,9 +97,10 @@ _INV_SQRT_2PI = 0.3989422804014327
 
 def _eager_gelu_and_grad(g: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
     if approximate == "tanh":
-        s = torch.sigmoid(g * (_TANH_A + _TANH_B * g * g))
-        act = g * s
-        return act, s + act * (1.0 - s) * (_TANH_A + 3.0 * _TANH_B * g * g)
+        z = g * (_TANH_A + _TANH_B * g * g)
+        act = g * torch.sigmoid(z)
+        # 1 - sigmoid(z) as sigmoid(-z): accurate where sigmoid(z) rounds to ~1.
+        return act, torch.sigmoid(z) + act * torch.sigmoid(-z) * (_TANH_A + 3.0 * _TANH_B * g * g)
     cdf = 0.5 * (1.0 + torch.erf(g * _SQRT1_2))
     return g * cdf, cdf + g * torch.exp(-0.5 * g * g) * _INV_SQRT_2PI
 
@@ -272,9 +273,12 @@ def _register_native_ops() -> None:
     )
 
 
-# Only arch variants define native ops; the native module can be loaded once per
-# process (one TORCH_LIBRARY per namespace), so this runs once per namespace.
-if all(_op_defined(op) for op in _NATIVE_OPS):
+# Only arch variants define native ops. A second import of the same build (e.g. via
+# the `geglu/` compatibility package) finds the Autograd kernel registered already;
+# registering again would fail on torch releases that refuse overrides.
+if all(_op_defined(op) for op in _NATIVE_OPS) and not torch._C._dispatch_has_kernel_for_dispatch_key(
+    add_op_namespace_prefix("geglu"), "Autograd"
+):
     _register_native_ops()
 
 
