@@ -1,39 +1,38 @@
-// CUDA implementations of every op in torch_binding.h.
+// The elementwise kernel behind every CUDA op (see rowwise.h), and its launcher.
 //
-// All six ops are one elementwise pattern over [rows, width] matrices: read 1-3 inputs,
-// write 1-2 outputs, each operand with its own base pointer and row stride (a merged
-// [.., 2d] input is two operands, its gate and up halves). They are memory bound, so
-// the kernel is about moving bytes: 16-byte loads/stores when every pointer and row
-// stride allows, several independent loads in flight per thread, and enough blocks to
-// keep every SM busy (decode shapes have few rows). Math runs in float32.
+// The ops are memory bound, so the kernel is about moving bytes: 16-byte loads and
+// stores whenever every pointer and row stride allows (a scalar path otherwise),
+// several independent loads in flight per thread, tiles sized to the row length, and
+// enough blocks to occupy every SM on decode shapes. Math runs in float32.
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <string_view>
 #include <tuple>
 
-// c10's CUDA headers rather than ATen/cuda/CUDAContext.h: the latter pulls in the
-// cuBLAS/cuSPARSE/cuSOLVER headers, which a bare nvcc toolkit (CI) does not have.
-#include <ATen/MemoryOverlap.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
 
 #include "gelu_math.cuh"
-#include "torch_binding.h"
+#include "rowwise.h"
 #include "vec.cuh"
 
 namespace geglu_cuda {
 namespace {
 
 // ----------------------------------------------------------------------------- ops
-// Each op maps float inputs to float outputs for one element.
+// Each op maps float inputs to float outputs for one element. kMinBlocksPerSm bounds
+// the registers of its kernel (65536 / (256 * blocks) per thread): the forward fits
+// 64 with no spills (4 blocks of 256 threads per SM, 128 KB of loads in flight per
+// SM); the backward needs ~116 to hold 12 loads and not spill (2 blocks, 96 KB).
+// tools/nvcc_check.py reports registers and spills per kernel.
 
 template <bool kTanh>
 struct GeluOp {
+  static constexpr int kMinBlocksPerSm = 4;
   static constexpr int kIn = 1;   // x
   static constexpr int kOut = 1;  // gelu(x)
   __device__ __forceinline__ void operator()(const float (&in)[kIn], float (&out)[kOut]) const {
@@ -43,6 +42,7 @@ struct GeluOp {
 
 template <bool kTanh>
 struct GegluOp {
+  static constexpr int kMinBlocksPerSm = 4;
   static constexpr int kIn = 2;   // gate, up
   static constexpr int kOut = 1;  // gelu(gate) * up
   __device__ __forceinline__ void operator()(const float (&in)[kIn], float (&out)[kOut]) const {
@@ -52,6 +52,7 @@ struct GegluOp {
 
 template <bool kTanh>
 struct GegluBackwardOp {
+  static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kIn = 3;   // grad_out, gate, up
   static constexpr int kOut = 2;  // grad_gate, grad_up
   __device__ __forceinline__ void operator()(const float (&in)[kIn], float (&out)[kOut]) const {
@@ -65,10 +66,10 @@ struct GegluBackwardOp {
 // ----------------------------------------------------------------------------- kernel
 
 constexpr int kMaxThreads = 256;
-// Packs per thread of the 16-byte path: 4 x 16 B per input in flight, all issued
-// before the first use (e.g. 8 x 16 B per thread for geglu, 12 for its backward).
+// Packs per thread on the 16-byte path: up to 4 x 16 B per input, all issued before
+// the first use (8 loads in flight per thread for geglu, 12 for its backward).
 constexpr int kMaxPacksPerThreadVec = 4;
-// The fallback moves one element per access, so it keeps more of them in flight.
+// The scalar fallback moves one element per access, so it keeps more in flight.
 constexpr int kMaxPacksPerThreadScalar = 8;
 
 template <typename T, int NIn, int NOut>
@@ -78,17 +79,18 @@ struct RowwiseArgs {
   T *out[NOut];
   int64_t out_row_stride[NOut];
   int64_t width;          // elements per row
-  int64_t tiles_per_row;  // a tile is packs_per_thread * blockDim.x packs of one row
+  int64_t tiles_per_row;  // a tile: blockDim.x * packs_per_thread packs of one row
   int64_t num_tiles;      // rows * tiles_per_row
-  int packs_per_thread;   // <= MaxPacksPerThread (runtime, to size tiles to the shape)
+  int packs_per_thread;   // <= MaxPacksPerThread, chosen per launch to fit the row length
 };
 
-// One tile per block (grid-stride only when the grid would exceed its cap). Thread t
-// handles packs t, t + blockDim, ... of its tile, so each load instruction of a warp
-// covers 32 consecutive packs. With N > 1 the row's last width % N elements (the
-// tail) are done one by one by the block holding the row's last tile.
+// One tile per block (the loop only runs again if the grid hit its cap). Thread t
+// handles packs t, t + blockDim.x, ... of its tile, so every load instruction of a warp
+// covers 32 consecutive packs. With N > 1 the last width % N elements of a row (its
+// tail) are done one per thread by the block holding the row's last tile.
 template <typename T, typename Op, int N, int MaxPacksPerThread>
-__global__ void __launch_bounds__(kMaxThreads) rowwise_kernel(const RowwiseArgs<T, Op::kIn, Op::kOut> a) {
+__global__ void __launch_bounds__(kMaxThreads, Op::kMinBlocksPerSm)
+    rowwise_kernel(const RowwiseArgs<T, Op::kIn, Op::kOut> a) {
   using P = Pack<T, N>;
   const Op op;
   const int64_t packs = a.width / N;
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kMaxThreads) rowwise_kernel(const RowwiseArgs<
     const int64_t row = tile / a.tiles_per_row;
     const int64_t tile_in_row = tile - row * a.tiles_per_row;
     const int64_t first = tile_in_row * tile_packs + threadIdx.x;
-    // int64 offsets: rows * row_stride and the flat index both pass 2^31 on big tensors.
+    // int64 throughout: row * row_stride and the index in a collapsed row pass 2^31.
     const T *in[Op::kIn];
     T *out[Op::kOut];
 #pragma unroll
@@ -121,12 +123,14 @@ __global__ void __launch_bounds__(kMaxThreads) rowwise_kernel(const RowwiseArgs<
     for (int i = 0; i < MaxPacksPerThread; ++i) {
       const int64_t p = first + static_cast<int64_t>(i) * blockDim.x;
       if (i < a.packs_per_thread && p < packs) {
-        float y[Op::kOut][N];
+        float f[Op::kIn][N], y[Op::kOut][N];
+#pragma unroll
+        for (int k = 0; k < Op::kIn; ++k) unpack_to_floats<T, N>(x[k][i], f[k]);
 #pragma unroll
         for (int j = 0; j < N; ++j) {
           float v[Op::kIn], o[Op::kOut];
 #pragma unroll
-          for (int k = 0; k < Op::kIn; ++k) v[k] = to_float(x[k][i].v[j]);
+          for (int k = 0; k < Op::kIn; ++k) v[k] = f[k][j];
           op(v, o);
 #pragma unroll
           for (int k = 0; k < Op::kOut; ++k) y[k][j] = o[k];
@@ -149,23 +153,19 @@ __global__ void __launch_bounds__(kMaxThreads) rowwise_kernel(const RowwiseArgs<
 
 // ----------------------------------------------------------------------------- launch
 
-// One operand of the elementwise pattern: a [rows, width] matrix with unit stride along
-// width. The row count and width are shared by all operands of a launch.
-struct Operand {
-  void *ptr;
-  int64_t row_stride;  // elements
-};
-
 struct Tiling {
   int threads;
   int packs_per_thread;
   int64_t tiles_per_row;
 };
 
-// Tiles are cut within rows, so the best size depends on the row length: prefer, in
-// order, (1) at least two blocks per SM (decode shapes: [16, 24576] is a few large
-// rows), (2) tiles that cover a row with at most 1/8 idle lanes (a merged [.., 2*3072]
-// row is 384 packs: 128 threads x 3), (3) the largest tile (most bytes in flight).
+// Tiles are cut within rows, so the best size depends on the row length. Prefer, in
+// order: (1) at least two blocks per SM (a decode shape like [16, 24576] is a few
+// long rows); (2) tiles covering a row with at most 1/8 idle lanes (a merged
+// [.., 2 * 3072] bf16 row has 384 packs per half: 128 threads x 3); (3) with enough
+// blocks, the largest tile (most bytes in flight per thread), otherwise the smallest
+// (the most blocks, so the most SMs, for a small problem; the least idle lanes for
+// rows much shorter than any tile).
 Tiling choose_tiling(int64_t rows, int64_t packs_per_row, int max_packs_per_thread, int num_sms) {
   Tiling best{};
   std::tuple<bool, bool, int64_t> best_key{false, false, INT64_MIN};
@@ -175,8 +175,7 @@ Tiling choose_tiling(int64_t rows, int64_t packs_per_row, int max_packs_per_thre
       const int64_t tiles_per_row = (packs_per_row + tile - 1) / tile;
       const bool enough_blocks = rows * tiles_per_row >= 2 * static_cast<int64_t>(num_sms);
       const bool tight = packs_per_row * 8 >= tiles_per_row * tile * 7;
-      // Among loose tilings (rows far shorter than any tile), waste the least.
-      const std::tuple<bool, bool, int64_t> key{enough_blocks, tight, tight ? tile : -tile};
+      const std::tuple<bool, bool, int64_t> key{enough_blocks, tight, enough_blocks && tight ? tile : -tile};
       if (key > best_key) {
         best_key = key;
         best = {threads, ppt, tiles_per_row};
@@ -189,21 +188,20 @@ Tiling choose_tiling(int64_t rows, int64_t packs_per_row, int max_packs_per_thre
 // Streaming multiprocessors of `device`, queried once per device.
 int sm_count(int device) {
   static std::array<std::atomic<int>, 64> cache{};  // 0: not queried yet
-  const bool cached = device >= 0 && device < static_cast<int>(cache.size());
-  int n = cached ? cache[device].load(std::memory_order_relaxed) : 0;
+  const bool cacheable = device >= 0 && device < static_cast<int>(cache.size());
+  int n = cacheable ? cache[device].load(std::memory_order_relaxed) : 0;
   if (n == 0) {
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    if (cached) cache[device].store(n, std::memory_order_relaxed);
+    if (cacheable) cache[device].store(n, std::memory_order_relaxed);
   }
   return n;
 }
 
-// Far beyond any real grid (2^31 - 1 is the hardware limit); the kernel grid-strides.
+// Far beyond any real grid (2^31 - 1 is the hardware limit); past it the kernel loops.
 constexpr int64_t kMaxGrid = int64_t{1} << 30;
 
 template <typename T, typename Op, int N, int MaxPacksPerThread>
-void launch_packed(int64_t rows, int64_t width, const std::array<Operand, Op::kIn> &in,
-                   const std::array<Operand, Op::kOut> &out) {
+void launch_packed(int64_t rows, int64_t width, const Operand *in, const Operand *out) {
   RowwiseArgs<T, Op::kIn, Op::kOut> a{};
   for (int k = 0; k < Op::kIn; ++k) {
     a.in[k] = static_cast<const T *>(in[k].ptr);
@@ -216,8 +214,7 @@ void launch_packed(int64_t rows, int64_t width, const std::array<Operand, Op::kI
   a.width = width;
   // A row shorter than one pack is all tail: it still needs one tile.
   const int64_t packs_per_row = std::max<int64_t>(width / N, 1);
-  const int num_sms = sm_count(c10::cuda::current_device());
-  const Tiling t = choose_tiling(rows, packs_per_row, MaxPacksPerThread, num_sms);
+  const Tiling t = choose_tiling(rows, packs_per_row, MaxPacksPerThread, sm_count(c10::cuda::current_device()));
   a.tiles_per_row = t.tiles_per_row;
   a.num_tiles = rows * t.tiles_per_row;
   a.packs_per_thread = t.packs_per_thread;
@@ -227,9 +224,13 @@ void launch_packed(int64_t rows, int64_t width, const std::array<Operand, Op::kI
 }
 
 template <typename T, typename Op>
-void launch_typed(int64_t rows, int64_t width, std::array<Operand, Op::kIn> in, std::array<Operand, Op::kOut> out) {
-  // Dense operands (row stride == width) make one long row: the tiles then ignore
-  // row boundaries, and widths that are not a multiple of the pack still vectorize.
+void launch_typed(int64_t rows, int64_t width, const Operand *in_ptr, const Operand *out_ptr) {
+  std::array<Operand, Op::kIn> in;
+  std::array<Operand, Op::kOut> out;
+  std::copy(in_ptr, in_ptr + Op::kIn, in.begin());
+  std::copy(out_ptr, out_ptr + Op::kOut, out.begin());
+  // Dense operands (row stride == width) form one long row: tiles then ignore row
+  // boundaries, and widths that are not a multiple of the pack still vectorize.
   bool dense = true;
   for (const Operand &o : in) dense &= o.row_stride == width;
   for (const Operand &o : out) dense &= o.row_stride == width;
@@ -239,214 +240,55 @@ void launch_typed(int64_t rows, int64_t width, std::array<Operand, Op::kIn> in, 
     for (Operand &o : in) o.row_stride = 0;
     for (Operand &o : out) o.row_stride = 0;
   }
-  // The 16-byte path needs every row start of every operand 16-byte aligned.
+  // The 16-byte path needs the start of every row of every operand 16-byte aligned.
   constexpr int N = kPackElems<T>;
-  bool aligned = width >= N;
-  auto pack_aligned = [&](const Operand &o) {
+  auto pack_aligned = [](const Operand &o) {
     return reinterpret_cast<uintptr_t>(o.ptr) % kVecBytes == 0 && o.row_stride % N == 0;
   };
+  bool aligned = width >= N;
   for (const Operand &o : in) aligned &= pack_aligned(o);
   for (const Operand &o : out) aligned &= pack_aligned(o);
   if (aligned) {
-    launch_packed<T, Op, N, kMaxPacksPerThreadVec>(rows, width, in, out);
+    launch_packed<T, Op, N, kMaxPacksPerThreadVec>(rows, width, in.data(), out.data());
   } else {
-    launch_packed<T, Op, 1, kMaxPacksPerThreadScalar>(rows, width, in, out);
+    launch_packed<T, Op, 1, kMaxPacksPerThreadScalar>(rows, width, in.data(), out.data());
   }
 }
 
 template <typename Op>
-void launch_rowwise(at::ScalarType dtype, int64_t rows, int64_t width, const std::array<Operand, Op::kIn> &in,
-                    const std::array<Operand, Op::kOut> &out) {
-  if (rows == 0 || width == 0) return;
+void launch_op(c10::ScalarType dtype, int64_t rows, int64_t width, const Operand *in, const Operand *out) {
   switch (dtype) {
-    case at::ScalarType::Float:
+    case c10::ScalarType::Float:
       return launch_typed<float, Op>(rows, width, in, out);
-    case at::ScalarType::Half:
+    case c10::ScalarType::Half:
       return launch_typed<__half, Op>(rows, width, in, out);
-    case at::ScalarType::BFloat16:
+    case c10::ScalarType::BFloat16:
       return launch_typed<__nv_bfloat16, Op>(rows, width, in, out);
     default:
-      TORCH_CHECK(false, "geglu_cuda: unexpected dtype ", dtype);  // validated before
+      TORCH_CHECK(false, "geglu_cuda: unsupported dtype ", dtype);  // the ops validate first
   }
-}
-
-// ----------------------------------------------------------------------------- validation
-// Messages name the op and the argument; ValueError, like the package's Python checks.
-
-void check_input(const char *op, const char *name, const at::Tensor &t) {
-  TORCH_CHECK_VALUE(t.is_cuda(), op, ": ", name, " must be a CUDA tensor, got device ", t.device());
-  const auto s = t.scalar_type();
-  TORCH_CHECK_VALUE(s == at::kFloat || s == at::kHalf || s == at::kBFloat16, op, ": ", name,
-                    " must have dtype float32/float16/bfloat16, got ", s);
-}
-
-// `t` is on the device of, and has the dtype of, the op's first tensor `ref`.
-void check_like(const char *op, const char *name, const at::Tensor &t, const char *ref_name, const at::Tensor &ref) {
-  TORCH_CHECK_VALUE(t.device() == ref.device(), op, ": ", name, " must be on the device of ", ref_name, " (",
-                    ref.device(), "), got ", t.device());
-  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), op, ": ", name, " must have the dtype of ", ref_name, " (",
-                    ref.scalar_type(), "), got ", t.scalar_type());
-}
-
-void check_shape(const char *op, const char *name, const at::Tensor &t, at::IntArrayRef shape) {
-  TORCH_CHECK_VALUE(t.sizes() == shape, op, ": ", name, " must have shape ", shape, ", got ", t.sizes());
-}
-
-// A tensor as a [rows, width] matrix without copying: stride 1 along the last
-// dimension, leading dimensions that collapse to one row stride, rows that do not
-// overlap. Size-1 dimensions impose nothing.
-struct RowMatrix {
-  int64_t rows;
-  int64_t width;
-  int64_t row_stride;
-};
-
-RowMatrix as_row_matrix(const char *op, const char *name, const at::Tensor &t) {
-  const int64_t dim = t.dim();
-  const int64_t width = dim == 0 ? 1 : t.size(-1);
-  TORCH_CHECK_VALUE(dim == 0 || width <= 1 || t.stride(-1) == 1, op, ": ", name,
-                    " must have stride 1 in its last dimension, got strides ", t.strides(), " for shape ", t.sizes(),
-                    " (call .contiguous() first)");
-  int64_t rows = 1;
-  int64_t row_stride = -1;
-  for (int64_t d = dim - 2; d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (row_stride < 0) {
-      row_stride = t.stride(d);
-    } else {
-      TORCH_CHECK_VALUE(t.stride(d) == row_stride * rows, op, ": ", name,
-                        " must be a row-strided matrix: its leading dimensions must collapse to one row stride, got "
-                        "strides ",
-                        t.strides(), " for shape ", t.sizes(), " (call .contiguous() first)");
-    }
-    rows *= t.size(d);
-  }
-  if (row_stride < 0) row_stride = width;  // a single row
-  TORCH_CHECK_VALUE(rows <= 1 || width == 0 || row_stride >= width, op, ": ", name,
-                    " must have non-overlapping rows (row stride >= last dimension), got strides ", t.strides(),
-                    " for shape ", t.sizes());
-  return {rows, width, row_stride};
-}
-
-bool is_tanh(const char *op, std::string_view approximate) {
-  if (approximate == "tanh") return true;
-  TORCH_CHECK_VALUE(approximate == "none", op, ": approximate must be 'tanh' or 'none', got '", approximate, "'");
-  return false;
-}
-
-// ----------------------------------------------------------------------------- entry points
-
-template <bool kTanh>
-void gelu_out(const char *op, at::Tensor &out, const at::Tensor &input) {
-  check_input(op, "input", input);
-  TORCH_CHECK_VALUE(out.is_cuda(), op, ": out must be a CUDA tensor, got device ", out.device());
-  check_like(op, "out", out, "input", input);
-  check_shape(op, "out", out, input.sizes());
-  if (input.numel() == 0) return;
-  const RowMatrix x = as_row_matrix(op, "input", input);
-  const RowMatrix y = as_row_matrix(op, "out", out);
-  at::assert_no_partial_overlap(out, input);  // out == input (in place) is fine
-  const c10::cuda::CUDAGuard guard(input.device());
-  launch_rowwise<GeluOp<kTanh>>(input.scalar_type(), x.rows, x.width, {Operand{input.data_ptr(), x.row_stride}},
-                                {Operand{out.data_ptr(), y.row_stride}});
-}
-
-// input [.., 2d]: gate = input[.., :d], up = input[.., d:]; out [.., d].
-template <bool kTanh>
-void gelu_and_mul_out(const char *op, at::Tensor &out, const at::Tensor &input) {
-  check_input(op, "input", input);
-  TORCH_CHECK_VALUE(input.dim() >= 1, op, ": input must have at least one dimension ([..., 2d]), got a 0-d tensor");
-  TORCH_CHECK_VALUE(out.is_cuda(), op, ": out must be a CUDA tensor, got device ", out.device());
-  check_like(op, "out", out, "input", input);
-  const int64_t two_d = input.size(-1);
-  TORCH_CHECK_VALUE(two_d % 2 == 0, op,
-                    ": input must have an even last dimension (gate and up halves, [..., 2d]), got ", two_d);
-  const int64_t d = two_d / 2;
-  std::vector<int64_t> out_shape = input.sizes().vec();
-  out_shape.back() = d;
-  check_shape(op, "out", out, out_shape);
-  if (out.numel() == 0) return;
-  const RowMatrix x = as_row_matrix(op, "input", input);
-  const RowMatrix y = as_row_matrix(op, "out", out);
-  at::assert_no_overlap(out, input);
-  const c10::cuda::CUDAGuard guard(input.device());
-  char *gate = static_cast<char *>(input.data_ptr());
-  char *up = gate + d * static_cast<int64_t>(input.element_size());
-  launch_rowwise<GegluOp<kTanh>>(input.scalar_type(), x.rows, d,
-                                 {Operand{gate, x.row_stride}, Operand{up, x.row_stride}},
-                                 {Operand{out.data_ptr(), y.row_stride}});
-}
-
-template <bool kTanh>
-at::Tensor geglu_new(const char *op, const at::Tensor &gate, const at::Tensor &up) {
-  check_input(op, "gate", gate);
-  check_input(op, "up", up);
-  check_like(op, "up", up, "gate", gate);
-  check_shape(op, "up", up, gate.sizes());
-  const c10::cuda::CUDAGuard guard(gate.device());
-  at::Tensor out = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
-  if (out.numel() == 0) return out;
-  const RowMatrix g = as_row_matrix(op, "gate", gate);
-  const RowMatrix u = as_row_matrix(op, "up", up);
-  launch_rowwise<GegluOp<kTanh>>(gate.scalar_type(), g.rows, g.width,
-                                 {Operand{gate.data_ptr(), g.row_stride}, Operand{up.data_ptr(), u.row_stride}},
-                                 {Operand{out.data_ptr(), g.width}});
-  return out;
-}
-
-template <bool kTanh>
-std::tuple<at::Tensor, at::Tensor> geglu_backward_new(const char *op, const at::Tensor &grad_out,
-                                                      const at::Tensor &gate, const at::Tensor &up) {
-  check_input(op, "grad_out", grad_out);
-  check_input(op, "gate", gate);
-  check_input(op, "up", up);
-  check_like(op, "gate", gate, "grad_out", grad_out);
-  check_like(op, "up", up, "grad_out", grad_out);
-  check_shape(op, "gate", gate, grad_out.sizes());
-  check_shape(op, "up", up, grad_out.sizes());
-  const c10::cuda::CUDAGuard guard(grad_out.device());
-  const auto options = gate.options().memory_format(at::MemoryFormat::Contiguous);
-  at::Tensor grad_gate = at::empty(gate.sizes(), options);
-  at::Tensor grad_up = at::empty(gate.sizes(), options);
-  if (gate.numel() == 0) return {grad_gate, grad_up};
-  const RowMatrix go = as_row_matrix(op, "grad_out", grad_out);
-  const RowMatrix g = as_row_matrix(op, "gate", gate);
-  const RowMatrix u = as_row_matrix(op, "up", up);
-  launch_rowwise<GegluBackwardOp<kTanh>>(
-      gate.scalar_type(), g.rows, g.width,
-      {Operand{grad_out.data_ptr(), go.row_stride}, Operand{gate.data_ptr(), g.row_stride},
-       Operand{up.data_ptr(), u.row_stride}},
-      {Operand{grad_gate.data_ptr(), g.width}, Operand{grad_up.data_ptr(), g.width}});
-  return {grad_gate, grad_up};
 }
 
 }  // namespace
+
+void launch_rowwise(RowwiseOp op, c10::ScalarType dtype, int64_t rows, int64_t width, const Operand *in,
+                    const Operand *out) {
+  if (rows == 0 || width == 0) return;
+  switch (op) {
+    case RowwiseOp::kGelu:
+      return launch_op<GeluOp<false>>(dtype, rows, width, in, out);
+    case RowwiseOp::kGeluTanh:
+      return launch_op<GeluOp<true>>(dtype, rows, width, in, out);
+    case RowwiseOp::kGeglu:
+      return launch_op<GegluOp<false>>(dtype, rows, width, in, out);
+    case RowwiseOp::kGegluTanh:
+      return launch_op<GegluOp<true>>(dtype, rows, width, in, out);
+    case RowwiseOp::kGegluBackward:
+      return launch_op<GegluBackwardOp<false>>(dtype, rows, width, in, out);
+    case RowwiseOp::kGegluBackwardTanh:
+      return launch_op<GegluBackwardOp<true>>(dtype, rows, width, in, out);
+  }
+  TORCH_CHECK(false, "geglu_cuda: unknown RowwiseOp ", static_cast<int>(op));
+}
+
 }  // namespace geglu_cuda
-
-// ----------------------------------------------------------------------------- binding
-
-void gelu_and_mul(torch::Tensor &out, torch::Tensor const &input) {
-  geglu_cuda::gelu_and_mul_out<false>("gelu_and_mul", out, input);
-}
-
-void gelu_tanh_and_mul(torch::Tensor &out, torch::Tensor const &input) {
-  geglu_cuda::gelu_and_mul_out<true>("gelu_tanh_and_mul", out, input);
-}
-
-void gelu(torch::Tensor &out, torch::Tensor const &input) { geglu_cuda::gelu_out<false>("gelu", out, input); }
-
-void gelu_tanh(torch::Tensor &out, torch::Tensor const &input) {
-  geglu_cuda::gelu_out<true>("gelu_tanh", out, input);
-}
-
-torch::Tensor geglu(torch::Tensor const &gate, torch::Tensor const &up, std::string_view approximate) {
-  return geglu_cuda::is_tanh("geglu", approximate) ? geglu_cuda::geglu_new<true>("geglu", gate, up)
-                                                   : geglu_cuda::geglu_new<false>("geglu", gate, up);
-}
-
-std::tuple<torch::Tensor, torch::Tensor> geglu_backward(torch::Tensor const &grad_out, torch::Tensor const &gate,
-                                                        torch::Tensor const &up, std::string_view approximate) {
-  return geglu_cuda::is_tanh("geglu_backward", approximate)
-             ? geglu_cuda::geglu_backward_new<true>("geglu_backward", grad_out, gate, up)
-             : geglu_cuda::geglu_backward_new<false>("geglu_backward", grad_out, gate, up);
-}
