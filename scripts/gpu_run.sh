@@ -43,12 +43,12 @@ run() {  # run NAME CMD...: log to $OUT/NAME.log, remember the outcome
 for stage in $stages; do
   case $stage in
     build) run build python3 -m tools.build ;;
-    test) run test python3 -m pytest -q -rs --junitxml="$OUT/junit.xml" -p no:cacheprovider ;;
+    test) run test python3 -m pytest -q -rs --junitxml="$OUT/junit.xml" -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     sanitize)
       run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 \
         python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_kernels.py -k "not 2_31 and not large" ;;
     bench)
-      for b in compare_activation sweep_triton_activation compare_mlp compare_models; do
+      for b in ${BENCHES:-compare_activation sweep_triton_activation compare_mlp compare_models}; do
         [ -f benchmarks/$b.py ] && run "$b" python3 benchmarks/$b.py
       done
       mkdir -p "$OUT/results" && cp benchmarks/results/*.json benchmarks/results/*.png "$OUT/results/" 2>/dev/null ;;
