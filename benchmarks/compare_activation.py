@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 
 import torch
+import torch._dynamo
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parent.parent
@@ -303,8 +304,6 @@ def main(argv=None) -> int:
         return 1
     shapes = TINY_SHAPES if args.tiny else {name: SHAPES[name] for name in args.shapes}
     import triton
-
-    import torch._dynamo
 
     # One code object, compiled per shape and per requires_grad: lift the recompile cap.
     for attr in ("recompile_limit", "cache_size_limit"):

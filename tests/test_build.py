@@ -111,9 +111,10 @@ def test_two_builds_of_different_commits_load_side_by_side(tmp_path):
     """Unique op namespaces let two versions of the kernel live in one process."""
     clone = tmp_path / "other"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    (clone / "README.md").write_text((clone / "README.md").read_text() + "\nanother commit\n")
+    (clone / "ANOTHER_COMMIT").write_text("a second commit changes the tree hash\n")
     git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
-    subprocess.run(git + ["commit", "-qam", "another commit"], cwd=clone, check=True)
+    subprocess.run(git + ["add", "ANOTHER_COMMIT"], cwd=clone, check=True)
+    subprocess.run(git + ["commit", "-qm", "another commit"], cwd=clone, check=True)
     res = subprocess.run(
         [sys.executable, "-m", "tools.build", "--no-noarch", "--skip-load-check", "--work", str(tmp_path / "work")],
         cwd=clone,
