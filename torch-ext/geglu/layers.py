@@ -165,13 +165,12 @@ class GeGLUMLP(nn.Module):
         approximate = _gelu_approximate(self.act_fn)
         if approximate is None or not _fusable(x, self.gate_proj, self.up_proj, self.down_proj):
             return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-        biases = (self.gate_proj.bias, self.up_proj.bias, self.down_proj.bias)
         return geglu_mlp(
             x,
             self.gate_proj.weight,
             self.up_proj.weight,
             self.down_proj.weight,
-            biases=None if all(b is None for b in biases) else biases,
+            biases=(self.gate_proj.bias, self.up_proj.bias, self.down_proj.bias),
             approximate=approximate,
         )
 
@@ -201,13 +200,12 @@ class T5GatedGeluDense(nn.Module):
         else:
             dropout_active = self.dropout.training and self.dropout.p > 0
             if not dropout_active and _fusable(hidden_states, self.wi_0, self.wi_1, self.wo):
-                biases = (self.wi_0.bias, self.wi_1.bias, self.wo.bias)
                 return geglu_mlp(
                     hidden_states,
                     self.wi_0.weight,
                     self.wi_1.weight,
                     self.wo.weight,
-                    biases=None if all(b is None for b in biases) else biases,
+                    biases=(self.wi_0.bias, self.wi_1.bias, self.wo.bias),
                     approximate=approximate,
                 )
             hidden = geglu_linear(

@@ -1,0 +1,356 @@
+"""Kernelizing real Transformers models with geglu's layers.
+
+Small models of real classes (Gemma, Gemma2, Gemma3, T5 v1.1 gated-GELU, BERT) with
+random weights, kernelized through the recipe in example.py (the README's code): the
+kernelized model must give the original's logits, greedy tokens and training step,
+compile with fullgraph=True, and keep the original forward where a layer cannot
+serve the requested mode. CPU in CI; the `cuda` parameters run on a GPU.
+"""
+
+import copy
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import example  # noqa: E402  (the recipe under test: the README's code)
+from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping  # noqa: E402
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+GENERATIVE = ["gemma", "t5"]
+ALL_MODELS = ["gemma", "gemma2", "gemma3", "t5", "bert"]
+# Per model: the hub names whose forwards the recipe swaps in inference (and how many).
+SWAPPED_INFERENCE = {
+    "gemma": {"GeGLUMLP": 2, "GeluTanh": 2},
+    "gemma2": {"GeGLUMLP": 2, "GeluTanh": 2},
+    "gemma3": {"GeGLUMLP": 2, "GeluTanh": 2},
+    "t5": {"T5GatedGeluDense": 4, "NewGELU": 4},  # 2 encoder + 2 decoder blocks
+    "bert": {"BiasGeluIntermediate": 2, "GeLU": 3},  # + the MLM head's transform
+}
+
+
+@pytest.fixture(scope="module")
+def layer(kernel):
+    """The recipe's local form: LocalLayerRepository on this checkout's build/ (the
+    variant the `kernel` fixture loaded, so one copy of the ops in the process)."""
+    return lambda layer_name: example.local_layer(layer_name, path=REPO)
+
+
+def model_dtype(device: str) -> torch.dtype:
+    # CPU: float32, where kernels and eager agree to ~1e-6. GPU: bf16, as deployed.
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
+def build(kind: str, device: str, dtype=None, **kw):
+    return example.tiny_model(kind, **kw).to(device, dtype or model_dtype(device))
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    return ((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def logits(model, inputs) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**inputs, use_cache=False).logits.float()
+
+
+def assert_close_to_original(kernelized, original, inputs, reference=None):
+    """float32: kernelized within 1e-4 of the original (relative to the largest logit).
+    Half precision: kernelized no further from a float32 reference than 2x the
+    original's own rounding error (or 1e-2)."""
+    out, ref = logits(kernelized, inputs), logits(original, inputs)
+    if reference is None:
+        assert rel_err(out, ref) < 1e-4, f"logits differ: {rel_err(out, ref):.2e}"
+        return
+    exact = logits(reference, inputs)
+    err_k, err_e = rel_err(out, exact), rel_err(ref, exact)
+    assert err_k <= max(2 * err_e, 1e-2), f"kernelized error {err_k:.2e} vs eager {err_e:.2e}"
+
+
+# --------------------------------------------------------------------------- inference
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ALL_MODELS)
+def test_kernelized_logits_match(kind, device, layer):
+    original = build(kind, device).eval()
+    model = example.kernelize_with_geglu(copy.deepcopy(original), mode=Mode.INFERENCE, layer=layer)
+    assert example.count_kernelized(model) == SWAPPED_INFERENCE[kind]
+    inputs = example.model_inputs(model)
+    reference = None if model_dtype(device) == torch.float32 else build(kind, device, torch.float32).eval()
+    assert_close_to_original(model, original, inputs, reference)
+
+
+def assert_same_greedy(original, prompt: dict, tokens_ref, tokens, dtype):
+    """Greedy tokens equal; in half precision a first divergence is accepted only where
+    the original model's two candidate logits tie within rounding."""
+    if torch.equal(tokens_ref, tokens):
+        return
+    assert dtype != torch.float32, f"greedy tokens differ:\n{tokens_ref}\n{tokens}"
+    n = min(tokens_ref.shape[1], tokens.shape[1])
+    pos = int((tokens_ref[:, :n] != tokens[:, :n]).any(0).nonzero()[0])
+    with torch.no_grad():
+        if original.config.is_encoder_decoder:
+            out = original(**prompt, decoder_input_ids=tokens[:, :pos]).logits[:, -1].float()
+        else:
+            out = original(input_ids=tokens[:, :pos]).logits[:, -1].float()
+    rows = (tokens_ref[:, pos] != tokens[:, pos]).nonzero().flatten()
+    gap = (out[rows, tokens_ref[rows, pos]] - out[rows, tokens[rows, pos]]).abs().max().item()
+    assert gap <= 2e-2 * out.abs().max().item(), f"tokens diverge at {pos} with a logit gap of {gap:.3e}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", GENERATIVE)
+def test_generate_same_greedy_tokens(kind, device, layer):
+    original = build(kind, device).eval()
+    model = example.kernelize_with_geglu(copy.deepcopy(original), mode=Mode.INFERENCE, layer=layer)
+    prompt = {"input_ids": example.model_inputs(model, seq=8)["input_ids"]}
+    gen = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        tokens_ref = original.generate(**prompt, **gen)
+        tokens = model.generate(**prompt, **gen)
+    assert_same_greedy(original, prompt, tokens_ref, tokens, model_dtype(device))
+
+
+# --------------------------------------------------------------------------- training
+
+
+def loss_of(model, inputs) -> torch.Tensor:
+    labels = inputs.get("decoder_input_ids", inputs["input_ids"])
+    return model(**inputs, labels=labels, use_cache=False).loss
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["gemma", "t5", "bert"])
+def test_training_step_matches(kind, device, layer):
+    """Mode.TRAINING: same loss, same gradients, same weights after one SGD step.
+    T5 trains with dropout 0.1, so its gated-GELU layer takes the unfused path with
+    dropout; the same seed gives both models the same masks."""
+    # float32 on GPU too: the comparison is about gradients, not bf16 rounding.
+    original = build(kind, device, torch.float32, dropout=0.1 if kind == "t5" else 0.0).train()
+    model = example.kernelize_with_geglu(copy.deepcopy(original), mode=Mode.TRAINING, layer=layer)
+    swapped = example.count_kernelized(model)
+    # Fused-GEMM layers serve training; the activations (no backward) keep the original.
+    mlp_name = {"gemma": "GeGLUMLP", "t5": "T5GatedGeluDense", "bert": "BiasGeluIntermediate"}[kind]
+    assert swapped == {mlp_name: SWAPPED_INFERENCE[kind][mlp_name]}
+
+    tol = 1e-4 if device == "cpu" else 1e-2  # GPU GEMMs may run float32 as TF32
+    inputs = example.model_inputs(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (original, model)]
+    losses = []
+    for m, opt in zip((original, model), opts):
+        torch.manual_seed(1234)
+        loss = loss_of(m, inputs)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    assert rel_err(losses[1], losses[0]) < tol
+
+    pairs = [(n, p_ref, p) for (n, p_ref), (_, p) in zip(original.named_parameters(), model.named_parameters())]
+    assert all((p_ref.grad is None) == (p.grad is None) for _, p_ref, p in pairs)
+    pairs = [pair for pair in pairs if pair[1].grad is not None]
+    assert len(pairs) > 10
+    # Some gradients are zero in exact arithmetic (attention key biases: softmax ignores
+    # a per-query shift) and pure rounding noise here; measure every gradient against
+    # at least a thousandth of the model's largest one.
+    # The same for weights after the step (BERT's biases start at zero).
+    def err_with_floor(a, b, floor):
+        return (a - b).abs().max().item() / max(b.abs().max().item(), floor)
+
+    grad_floor = 1e-3 * max(p_ref.grad.abs().max().item() for _, p_ref, _ in pairs)
+    weight_floor = 1e-3 * max(p_ref.detach().abs().max().item() for _, p_ref, _ in pairs)
+    for name, p_ref, p in pairs:
+        assert err_with_floor(p.grad, p_ref.grad, grad_floor) < tol, f"grad of {name}"
+        assert err_with_floor(p.detach(), p_ref.detach(), weight_floor) < tol, f"{name} after the step"
+
+    torch.manual_seed(99)
+    loss_ref = loss_of(original, inputs)
+    torch.manual_seed(99)
+    assert rel_err(loss_of(model, inputs), loss_ref) < tol
+
+
+# --------------------------------------------------------------------------- torch.compile
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["gemma", "t5", "bert"])
+def test_compiles_fullgraph(kind, device, layer):
+    """Mode.INFERENCE | Mode.TORCH_COMPILE, then torch.compile(fullgraph=True): no graph
+    breaks (a break raises). aot_eager runs dynamo + AOT autograd + functionalization
+    over the custom ops' fake implementations without inductor's build time; the GPU
+    also runs Gemma through inductor, as deployed."""
+    torch._dynamo.reset()
+    original = build(kind, device).eval()
+    model = example.kernelize_with_geglu(
+        copy.deepcopy(original), mode=Mode.INFERENCE | Mode.TORCH_COMPILE, layer=layer
+    )
+    assert example.count_kernelized(model) == SWAPPED_INFERENCE[kind]
+    backend = "inductor" if device == "cuda" and kind == "gemma" else "aot_eager"
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
+    inputs = example.model_inputs(model)
+    reference = None if model_dtype(device) == torch.float32 else build(kind, device, torch.float32).eval()
+    assert_close_to_original(compiled, original, inputs, reference)
+
+
+# --------------------------------------------------------------------------- fallback
+
+
+def forward_owner(module) -> str:
+    """The class whose `forward` the module runs now."""
+    return module.forward.__func__.__qualname__.split(".")[0]
+
+
+def test_mode_a_layer_cannot_serve_keeps_the_original_forward(layer):
+    """GeluTanh has no backward (has_backward = False). Mapped for every mode
+    (Mode.FALLBACK), kernelize uses it for inference but keeps Transformers' own
+    GELUTanh.forward for training, as `kernels` intends; with fallback disabled it
+    refuses instead."""
+    mapping = {"GeluTanh": {"cpu": layer("GeluTanh")}}
+    act = example.tiny_model("gemma").model.layers[0].mlp.act_fn
+    assert type(act).__name__ == "GELUTanh"
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        kernelize(act, mode=Mode.INFERENCE, device="cpu")
+        assert forward_owner(act) == "GeluTanh"
+        assert act.forward.__func__.__module__.endswith(".layers")  # geglu's layer
+
+        kernelize(act, mode=Mode.TRAINING, device="cpu")
+        assert forward_owner(act) == "GELUTanh"
+        assert act.forward.__func__.__module__ == "transformers.activations"
+
+        with pytest.raises(ValueError, match="does not support mode"):
+            kernelize(act, mode=Mode.TRAINING, device="cpu", use_fallback=False)
+
+
+def test_recipe_keeps_activations_original_in_training(layer):
+    """The recipe maps the activations for inference modes only: in Mode.TRAINING
+    kernelize finds no compatible mode and keeps their forward, while the fused MLP
+    (which has a backward) is swapped."""
+    model = example.kernelize_with_geglu(example.tiny_model("gemma").train(), mode=Mode.TRAINING, layer=layer)
+    mlp = model.model.layers[0].mlp
+    assert forward_owner(mlp) == "GeGLUMLP"
+    assert forward_owner(mlp.act_fn) == "GELUTanh"
+
+
+# --------------------------------------------------------------------------- the Hub form
+
+
+def build_variants() -> list:
+    return sorted(p.name for p in (REPO / "build").iterdir() if (p / "metadata.json").is_file())
+
+
+@pytest.fixture(scope="module")
+def staged_cache(tmp_path_factory, kernel) -> Path:
+    """This build laid out as the HF cache of org/geglu's v1 branch (tools.build)."""
+    from tools.build import read_config, stage_cache
+
+    cache = tmp_path_factory.mktemp("hf_cache")
+    stage_cache(read_config(REPO), REPO / "build", cache, build_variants())
+    return cache
+
+
+def run_example(*args, env_extra=None) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_KERNELS", "HF_HUB_OFFLINE", "HF_HUB_CACHE")}
+    env.update(env_extra or {})
+    res = subprocess.run(
+        [sys.executable, str(REPO / "example.py"), *args], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+@pytest.mark.parametrize("source", ["local", "hub"])
+def test_example_runs(source, staged_cache):
+    """example.py end to end on CPU. "hub" is LayerRepository("org/geglu", version=1)
+    resolved and loaded offline from the HF cache, as an air-gapped user runs it."""
+    offline = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(staged_cache)}
+    kind = {"local": "bert", "hub": "t5"}[source]
+    out = run_example("--source", source, "--model", kind, "--device", "cpu", env_extra=offline)
+    assert f"kernelized {SWAPPED_INFERENCE[kind]}" in out
+    assert out.strip().endswith("OK"), out
+
+
+def excerpt(name: str) -> str:
+    text = (REPO / "example.py").read_text()
+    m = re.search(rf"# --8<-- \[start:{name}\]\n(.*?)# --8<-- \[end:{name}\]\n", text, re.S)
+    assert m, f"example.py has no {name} markers"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("name", ["recipe", "transformers-switch"])
+def test_docs_show_the_tested_code(name):
+    """Every "Use with Transformers" section (README.md, docs/TRANSFORMERS.md) quotes
+    example.py verbatim."""
+    docs = [REPO / "README.md", REPO / "docs" / "TRANSFORMERS.md"]
+    sections = [p for p in docs if p.is_file() and "## Use with Transformers" in p.read_text()]
+    assert sections, "no document has a 'Use with Transformers' section"
+    for path in sections:
+        assert excerpt(name) in path.read_text(), f"{path.name} does not quote example.py's {name}"
+
+
+# --------------------------------------------------------------------------- Transformers' switch
+
+
+def transformers_kernels_integration() -> bool:
+    from transformers.utils.import_utils import is_kernels_available
+
+    return is_kernels_available()
+
+
+@pytest.fixture
+def restore_kernel_mapping():
+    """Transformers' set_use_kernels registers its default mapping (Liger, activation,
+    rotary kernels on the Hub) globally: keep it out of the other tests."""
+    from kernels.layer.globals import _KERNEL_MAPPING
+
+    token = _KERNEL_MAPPING.set(copy.deepcopy(_KERNEL_MAPPING.get()))
+    yield
+    _KERNEL_MAPPING.reset(token)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("form", ["local", "hub", "from_pretrained"])
+def test_transformers_use_kernels_switch(form, staged_cache, tmp_path, monkeypatch, restore_kernel_mapping):
+    """Transformers' switch on a saved checkpoint: `set_use_kernels(True, KernelConfig)`
+    with the local and the Hub form, and `from_pretrained(use_kernels=True,
+    kernel_config=...)`. Transformers turns its integration off when the installed
+    `kernels` is outside its supported range, and its KernelConfig takes accelerators
+    only: hence GPU-only, and skipped (saying why) when the integration is off."""
+    import inspect
+
+    import kernels
+    import transformers
+
+    if not transformers_kernels_integration():
+        versions = f"transformers {transformers.__version__}, kernels {kernels.__version__}"
+        pytest.skip(f"{versions}: Transformers turned its kernels integration off")
+    if "inherit_mapping" not in inspect.signature(transformers.KernelConfig).parameters:
+        pytest.skip(f"transformers {transformers.__version__}: KernelConfig has no inherit_mapping")
+    if form == "from_pretrained":
+        pytest.importorskip("accelerate", reason="from_pretrained(device_map=...) needs accelerate")
+    import huggingface_hub.constants as hf_constants
+
+    # org/geglu v1 resolves from the staged cache (offline); files load from build/.
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(staged_cache))
+
+    original = example.tiny_model("gemma").to(torch.bfloat16).eval()
+    original.save_pretrained(tmp_path)
+    original = original.to("cuda")
+    reference = build("gemma", "cuda", torch.float32).eval()
+    inputs = example.model_inputs(original)
+
+    if form == "from_pretrained":
+        model = example.from_pretrained_with_geglu(str(tmp_path), device="cuda")
+    else:
+        loaded = type(original).from_pretrained(tmp_path, dtype=torch.bfloat16).to("cuda").eval()
+        model = example.enable_geglu_kernels(loaded, local_path=REPO if form == "local" else None)
+    assert example.count_kernelized(model).get("GeGLUMLP") == 2
+    assert_close_to_original(model, original, inputs, reference)
