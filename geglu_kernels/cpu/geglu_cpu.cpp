@@ -12,6 +12,7 @@
 #include <string_view>
 #include <tuple>
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Version.h>
 #include <torch/torch.h>
 
@@ -105,6 +106,15 @@ void check_matches(const at::Tensor &t, std::string_view name, const at::Tensor 
                     ", expected ", shape, " (from `", ref_name, "` of shape ", ref.sizes(), ")");
 }
 
+// `out` may be `input` itself (in place, element by element), but not a different
+// view that shares some of its memory: those elements would be read after written.
+void check_no_partial_overlap(const at::Tensor &out, const at::Tensor &input,
+                              std::string_view op) {
+  TORCH_CHECK_VALUE(at::get_overlap_status(out, input) != at::MemOverlapStatus::Partial, op,
+                    ": `out` partially overlaps `input` in memory; pass a separate tensor",
+                    " (or, where shapes allow, `input` itself to compute in place)");
+}
+
 Gelu parse_approximate(std::string_view approximate, std::string_view op) {
   if (approximate == "none") {
     return Gelu::kErf;
@@ -191,6 +201,7 @@ void gelu_and_mul_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu,
   std::vector<int64_t> out_shape = input.sizes().vec();
   out_shape.back() = merged / 2;
   check_matches(out, "out", input, "input", out_shape, op);
+  check_no_partial_overlap(out, input, op);
   const Matrix in = as_matrix(input, op, "input", /*is_output=*/false);
   const Matrix o = as_matrix(out, op, "out", /*is_output=*/true);
   if (out.numel() == 0) {
@@ -208,6 +219,7 @@ void gelu_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu, std::string_
   check_cpu_tensor(input, op, "input");
   const Dtype dtype = storage_dtype(input, op, "input");
   check_matches(out, "out", input, "input", input.sizes(), op);
+  check_no_partial_overlap(out, input, op);
   const Matrix in = as_matrix(input, op, "input", /*is_output=*/false);
   const Matrix o = as_matrix(out, op, "out", /*is_output=*/true);
   if (out.numel() == 0) {

@@ -1,12 +1,7 @@
-// The row kernels compiled for AVX-512 (ATen's CPU capability "AVX512": F, BW, VL, DQ).
-//
-// build.toml's compiler flags apply to every file, and the module must load on any
-// x86-64 CPU, so the instruction set is raised for this file only, with a target
-// pragma around the kernels (ATen compiles its own AVX2 kernel files the same way,
-// with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma). geglu_cpu.cpp calls into this table only when ATen
-// reports AVX512. List this file after geglu_cpu.cpp and geglu_cpu_avx2.cpp in build.toml: where an
-// inline function from a shared header is emitted in several files, the linker keeps
-// the first copy, which must be the baseline one.
+// The row kernels compiled for AVX-512 (ATen's CPU capability "AVX512": F, BW, VL,
+// DQ), the same way as geglu_cpu_avx2.cpp (see there). geglu_cpu.cpp calls into this
+// table only when ATen reports AVX512. List this file after geglu_cpu.cpp and
+// geglu_cpu_avx2.cpp in build.toml.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 
 #define CPU_CAPABILITY AVX512
@@ -14,6 +9,18 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+// g++ does not define __AVX2__ & co. for a target pragma (it changes code generation
+// only), but sleef.h, which ATen's Vectorized calls into, declares its vector
+// functions only under them: define them for that one header.
+#define __AVX__ 1
+#define __AVX2__ 1
+#define __FMA__ 1
+#define __AVX512F__ 1
+#include <sleef.h>
+#undef __AVX__
+#undef __AVX2__
+#undef __FMA__
+#undef __AVX512F__
 #include "geglu_cpu_kernels.h"
 #pragma GCC pop_options
 
