@@ -1,6 +1,684 @@
-# Placeholder: replaced by the fused GEMM work.
-def _todo(*args, **kwargs):
-    raise NotImplementedError
+"""Fused GEMMs: bias / GELU / GeGLU in the epilogue, forward and backward.
+
+Public functions (weights in nn.Linear layout, [out_features, in_features]; x has any
+number of leading dimensions, flattened to [tokens, in_features]):
+
+    linear_bias(x, weight, bias)                      x @ weight.T + bias
+    linear_bias_gelu(x, weight, bias=None, approximate="tanh")
+                                                      gelu(x @ weight.T + bias), one kernel
+    geglu_linear(x, w_gate, w_up=None, b_gate=None, b_up=None, approximate="tanh")
+                                                      gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up),
+                                                      one kernel writing only [tokens, hidden]
+    geglu_mlp(x, w_gate, w_up, w_down, biases=None, residual=None, approximate="tanh")
+                                                      geglu_linear(...) @ w_down.T + b_down + residual
+
+Merged gate/up weight: w_up=None means w_gate is [2*hidden, in] with the gate rows
+first (a fused gate_up_proj); the kernel reads both halves in place by pointer offset.
+Its bias may then be merged too (b_gate of shape [2*hidden], b_up=None) or split.
+
+All functions are differentiable (x, weights, biases, residual) and are
+torch.library custom ops with fake (meta) implementations, so torch.compile traces
+them without graph breaks.
+
+Devices and precision:
+- CUDA: Triton kernels (`triton_gemm.py`), float16 / bfloat16 / float32, float32
+  accumulation, one rounding of the result. float32 operands go through the tensor
+  cores as TF32 (~1e-3 relative error), like torch with allow_tf32=True.
+- CPU: an eager torch composite of the same math in float32 (so layers work on CPU;
+  no fused kernel, no speed claim). With TRITON_INTERPRET=1 set before the package
+  is imported, float16/float32 CPU tensors run the Triton kernels in Triton's
+  interpreter instead (used by the CPU tests; slow; bfloat16 stays on the composite,
+  as the interpreter computes bfloat16 tl.dot wrongly).
+- Any other device: ValueError.
+
+Backward, memory against recompute (per layer of T tokens and hidden size H; eager
+autograd keeps x plus gate, gelu(gate), up and h, i.e. 4*T*H elements):
+- geglu_linear / geglu_mlp, when a gradient is needed (grad mode on and an input
+  that requires grad), save x and the pre-activations [gate | up] (2*T*H elements,
+  written by the forward kernel as a second output). geglu_mlp's backward is then
+  one fused GEMM, grad @ w_down, whose epilogue applies the GeGLU backward to the
+  saved gate/up and writes d_gate, d_up, h (for w_down's gradient) and the bias
+  sums: no elementwise kernel and no recomputation. geglu_linear's backward runs the
+  elementwise GeGLU backward (activation.geglu_backward) on the saved gate/up.
+- Setting `RECOMPUTE_IN_BACKWARD = True` (module attribute, read per call) trades
+  time for memory instead: only x is saved, and the backward recomputes gate/up with
+  one more GEMM of the forward's gate/up size (the "geglu_linear backward epilogue"
+  kernel writes d_gate, d_up, h and the bias sums). Calls without gradients and the
+  custom ops used directly always take this path.
+- linear_bias_gelu saves x and recomputes the pre-activation in its backward GEMM
+  (the GELU backward epilogue), linear_bias saves x.
+The transposed products (dX = [dG dU] @ [Wg; Wu], dW = [dG dU].T @ X) run on cuBLAS
+through torch.matmul.
+"""
+
+import importlib.util
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import check_approximate, check_same_device, check_same_dtype, check_shape, check_tensor
+from ._ops import add_op_namespace_prefix, ops
+from .activation import _eager_gelu_and_grad
+from .activation import geglu as _geglu_elementwise
+from .activation import geglu_backward as _geglu_backward_elementwise
+
+# Imported only where triton is installed, so the package imports on a torch
+# without it; any other import error in triton_gemm surfaces as itself.
+if importlib.util.find_spec("triton") is not None:
+    from . import triton_gemm
+else:
+    triton_gemm = None
+
+Tensor = torch.Tensor
+
+RECOMPUTE_IN_BACKWARD = False
+
+_GELU_FOR = {"tanh": "gelu_tanh", "none": "gelu"}
+_DEVICE_TYPES = ("cuda", "cpu", "meta")
 
 
-linear_bias = linear_bias_gelu = geglu_linear = geglu_mlp = _todo
+# --------------------------------------------------------------------------- dispatch
+
+
+def _runs_triton(t: Tensor) -> bool:
+    """Triton on CUDA tensors, and on float16/float32 CPU tensors under the Triton
+    interpreter (whose bfloat16 tl.dot is wrong in triton 3.9: bfloat16 stays eager)."""
+    if t.device.type == "cuda":
+        if triton_gemm is None:
+            raise RuntimeError("geglu: the fused GEMMs need the `triton` package on CUDA, which is not installed")
+        return True
+    return t.device.type == "cpu" and t.dtype != torch.bfloat16 and triton_gemm is not None and triton_gemm.INTERPRET
+
+
+def _nonempty(x: Tensor, *weights: Tensor) -> bool:
+    return x.shape[0] > 0 and x.shape[1] > 0 and all(w.shape[0] > 0 for w in weights)
+
+
+def _gate_up(w_gate: Tensor, w_up: Optional[Tensor], b_gate: Optional[Tensor], b_up: Optional[Tensor]):
+    """(w_gate, w_up, b_gate, b_up) as separate [hidden, ...] operands; a merged
+    weight (w_up None) and a merged bias become views of their halves, not copies."""
+    if w_up is not None:
+        return w_gate, w_up, b_gate, b_up
+    hidden = w_gate.shape[0] // 2
+    if b_gate is not None and b_up is None and b_gate.shape[0] == 2 * hidden:
+        b_gate, b_up = b_gate[:hidden], b_gate[hidden:]
+    return w_gate[:hidden], w_gate[hidden:], b_gate, b_up
+
+
+def _hidden(w_gate: Tensor, w_up: Optional[Tensor]) -> int:
+    return w_gate.shape[0] if w_up is not None else w_gate.shape[0] // 2
+
+
+# --------------------------------------------------------------------------- eager composite (CPU)
+
+
+def _f32(t: Optional[Tensor]) -> Optional[Tensor]:
+    return None if t is None else t.float()
+
+
+def _eager_linear(x, weight, bias, residual, activation: str) -> Tensor:
+    y = F.linear(x.float(), weight.float(), _f32(bias))
+    if activation != "none":
+        y = F.gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
+    if residual is not None:
+        y = y + residual.float()
+    return y.to(x.dtype)
+
+
+def _eager_linear_gelu_grad(grad, x, weight, bias, approximate: str, bias_grad: bool):
+    _, dact = _eager_gelu_and_grad(F.linear(x.float(), weight.float(), _f32(bias)), approximate)
+    dpre = grad.float() * dact
+    return dpre.to(x.dtype), (dpre.sum(0) if bias_grad else None)
+
+
+def _eager_gate_up(x, w_gate, w_up, b_gate, b_up):
+    x32 = x.float()
+    return F.linear(x32, w_gate.float(), _f32(b_gate)), F.linear(x32, w_up.float(), _f32(b_up))
+
+
+def _eager_geglu(x, w_gate, w_up, b_gate, b_up, approximate: str, want_pre: bool = False):
+    """(h, [gate | up] pre-activations or None)."""
+    g, u = _eager_gate_up(x, w_gate, w_up, b_gate, b_up)
+    h = (F.gelu(g, approximate=approximate) * u).to(x.dtype)
+    return h, (torch.cat([g, u], 1).to(x.dtype) if want_pre else None)
+
+
+def _eager_geglu_grad_from(grad_h, g, u, approximate: str, want_h: bool, bias_grad: bool, dtype):
+    """(d_gate_up, h or None, float32 bias sums or None) from float32 gate/up."""
+    act, dact = _eager_gelu_and_grad(g, approximate)
+    dh = grad_h.float()
+    dgu = torch.cat([dh * u * dact, dh * act], dim=1)
+    h = (act * u).to(dtype) if want_h else None
+    return dgu.to(dtype), h, (dgu.sum(0) if bias_grad else None)
+
+
+# --------------------------------------------------------------------------- custom ops
+# All ops take x as [M, K]; the public functions flatten leading dimensions. Outputs
+# computed only on request come back as empty tensors otherwise (ops return tensors).
+# A second import of the same build (one namespace) reuses the first registration.
+
+
+def _empty(like: Tensor, dtype=None) -> Tensor:
+    return torch.empty((0,), device=like.device, dtype=dtype or like.dtype)
+
+
+def _define(name: str, impl, fake, backward=None, setup_context=None):
+    """Register `impl` as custom op `name` (with its fake, and autograd when given)
+    unless this namespace has it already; returns the op's callable overload."""
+    if not hasattr(ops, name):
+        op = torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=())
+        op.register_fake(fake)
+        if backward is not None:
+            op.register_autograd(backward, setup_context=setup_context)
+    return getattr(ops, name).default
+
+
+def _linear_epilogue_impl(
+    x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Optional[Tensor], activation: str
+) -> Tensor:
+    """activation(x @ weight.T + bias) + residual; activation: "none" | "gelu" | "gelu_tanh"."""
+    if _runs_triton(x) and _nonempty(x, weight):
+        return triton_gemm.linear_forward(x, weight, bias, residual, activation)
+    return _eager_linear(x, weight, bias, residual, activation)
+
+
+def _linear_epilogue_fake(x, weight, bias, residual, activation):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+def _linear_gelu_grad_impl(
+    grad: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor], approximate: str, bias_grad: bool
+) -> Tuple[Tensor, Tensor]:
+    """(grad * gelu'(x @ weight.T + bias), float32 column sums of it if bias_grad else empty)."""
+    if _runs_triton(x) and _nonempty(x, weight):
+        dpre, dbias = triton_gemm.linear_gelu_backward(grad, x, weight, bias, approximate, bias_grad)
+    else:
+        dpre, dbias = _eager_linear_gelu_grad(grad, x, weight, bias, approximate, bias_grad)
+    return dpre, _empty(x, torch.float32) if dbias is None else dbias
+
+
+def _linear_gelu_grad_fake(grad, x, weight, bias, approximate, bias_grad):
+    n = weight.shape[0]
+    return x.new_empty((x.shape[0], n)), x.new_empty((n if bias_grad else 0,), dtype=torch.float32)
+
+
+def _geglu_linear_impl(
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Optional[Tensor],
+    b_gate: Optional[Tensor],
+    b_up: Optional[Tensor],
+    approximate: str,
+) -> Tensor:
+    """gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up); w_up None: merged weight."""
+    wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
+    if _runs_triton(x) and _nonempty(x, wg):
+        return triton_gemm.geglu_forward(x, wg, wu, bg, bu, approximate)
+    return _eager_geglu(x, wg, wu, bg, bu, approximate)[0]
+
+
+def _geglu_linear_fake(x, w_gate, w_up, b_gate, b_up, approximate):
+    return x.new_empty((x.shape[0], _hidden(w_gate, w_up)))
+
+
+def _geglu_linear_train_impl(
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Optional[Tensor],
+    b_gate: Optional[Tensor],
+    b_up: Optional[Tensor],
+    approximate: str,
+) -> Tuple[Tensor, Tensor]:
+    """(h, pre): geglu_linear that also returns the pre-activations [gate | up]
+    ([M, 2*hidden]) it saves for backward, written by the same kernel."""
+    wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
+    if _runs_triton(x) and _nonempty(x, wg):
+        pre = x.new_empty((x.shape[0], 2 * wg.shape[0]))
+        return triton_gemm.geglu_forward(x, wg, wu, bg, bu, approximate, pre=pre), pre
+    return _eager_geglu(x, wg, wu, bg, bu, approximate, want_pre=True)
+
+
+def _geglu_linear_train_fake(x, w_gate, w_up, b_gate, b_up, approximate):
+    hidden = _hidden(w_gate, w_up)
+    return x.new_empty((x.shape[0], hidden)), x.new_empty((x.shape[0], 2 * hidden))
+
+
+def _geglu_linear_grad_impl(
+    grad_h: Tensor,
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Optional[Tensor],
+    b_gate: Optional[Tensor],
+    b_up: Optional[Tensor],
+    approximate: str,
+    want_h: bool,
+    bias_grad: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Recomputes gate/up from x: (d_gate_up [M, 2*hidden] (gate columns first),
+    h = gelu(gate) * up if want_h else empty, float32 [2*hidden] bias grads if bias_grad else empty)."""
+    wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
+    if _runs_triton(x) and _nonempty(x, wg):
+        dgu, h, dbias = triton_gemm.geglu_backward(grad_h, x, wg, wu, bg, bu, approximate, want_h, bias_grad)
+    else:
+        g, u = _eager_gate_up(x, wg, wu, bg, bu)
+        dgu, h, dbias = _eager_geglu_grad_from(grad_h, g, u, approximate, want_h, bias_grad, x.dtype)
+    return dgu, _empty(x) if h is None else h, _empty(x, torch.float32) if dbias is None else dbias
+
+
+def _geglu_grad_fake(m: int, hidden: int, like: Tensor, want_h: bool, bias_grad: bool):
+    return (
+        like.new_empty((m, 2 * hidden)),
+        like.new_empty((m, hidden) if want_h else (0,)),
+        like.new_empty((2 * hidden if bias_grad else 0,), dtype=torch.float32),
+    )
+
+
+def _geglu_linear_grad_fake(grad_h, x, w_gate, w_up, b_gate, b_up, approximate, want_h, bias_grad):
+    return _geglu_grad_fake(x.shape[0], _hidden(w_gate, w_up), x, want_h, bias_grad)
+
+
+def _geglu_mlp_impl(
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Optional[Tensor],
+    w_down: Tensor,
+    b_gate: Optional[Tensor],
+    b_up: Optional[Tensor],
+    b_down: Optional[Tensor],
+    residual: Optional[Tensor],
+    approximate: str,
+) -> Tensor:
+    """geglu_linear(x, ...) @ w_down.T + b_down + residual: two fused GEMMs; the
+    [M, hidden] intermediate is a temporary."""
+    wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
+    if _runs_triton(x) and _nonempty(x, wg, w_down):
+        h = triton_gemm.geglu_forward(x, wg, wu, bg, bu, approximate)
+        return triton_gemm.linear_forward(h, w_down, b_down, residual, "none")
+    h = _eager_geglu(x, wg, wu, bg, bu, approximate)[0]
+    return _eager_linear(h, w_down, b_down, residual, "none")
+
+
+def _geglu_mlp_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
+    return x.new_empty((x.shape[0], w_down.shape[0]))
+
+
+def _geglu_mlp_train_impl(
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Optional[Tensor],
+    w_down: Tensor,
+    b_gate: Optional[Tensor],
+    b_up: Optional[Tensor],
+    b_down: Optional[Tensor],
+    residual: Optional[Tensor],
+    approximate: str,
+) -> Tuple[Tensor, Tensor]:
+    """geglu_mlp that also returns the pre-activations [gate | up] it saves for backward."""
+    h, pre = _geglu_linear_train_impl(x, w_gate, w_up, b_gate, b_up, approximate)
+    if _runs_triton(x) and _nonempty(h, w_down):
+        return triton_gemm.linear_forward(h, w_down, b_down, residual, "none"), pre
+    return _eager_linear(h, w_down, b_down, residual, "none"), pre
+
+
+def _geglu_mlp_train_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
+    return x.new_empty((x.shape[0], w_down.shape[0])), x.new_empty((x.shape[0], 2 * _hidden(w_gate, w_up)))
+
+
+def _geglu_mlp_grad_impl(
+    grad: Tensor, pre: Tensor, w_down: Tensor, approximate: str, want_h: bool, bias_grad: bool
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """geglu_mlp backward through w_down in one GEMM: grad_h = grad @ w_down with the
+    GeGLU backward applied to the saved pre = [gate | up] in the epilogue. Returns
+    (d_gate_up, h if want_h else empty, float32 bias sums if bias_grad else empty)."""
+    if _runs_triton(grad) and _nonempty(grad, w_down.t()):
+        dgu, h, dbias = triton_gemm.geglu_saved_backward(grad, pre, w_down, approximate, want_h, bias_grad)
+    else:
+        hidden = w_down.shape[1]
+        grad_h = grad.float() @ w_down.float()
+        g, u = pre[:, :hidden].float(), pre[:, hidden:].float()
+        dgu, h, dbias = _eager_geglu_grad_from(grad_h, g, u, approximate, want_h, bias_grad, grad.dtype)
+    return dgu, _empty(grad) if h is None else h, _empty(grad, torch.float32) if dbias is None else dbias
+
+
+def _geglu_mlp_grad_fake(grad, pre, w_down, approximate, want_h, bias_grad):
+    return _geglu_grad_fake(grad.shape[0], w_down.shape[1], grad, want_h, bias_grad)
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+def _linear_epilogue_setup(ctx, inputs, output):
+    x, weight, bias, residual, activation = inputs
+    ctx.activation = activation
+    ctx.save_for_backward(x, weight, bias)
+
+
+def _linear_epilogue_backward(ctx, grad):
+    x, weight, bias = ctx.saved_tensors
+    need_x, need_w, need_b, need_res, _ = ctx.needs_input_grad
+    dbias = None
+    if ctx.activation == "none":
+        dpre = grad
+        if need_b:
+            dbias = grad.sum(0)
+    else:
+        approximate = "tanh" if ctx.activation == "gelu_tanh" else "none"
+        dpre, dbias32 = _linear_gelu_grad(grad, x, weight, bias, approximate, need_b)
+        if need_b:
+            dbias = dbias32.to(bias.dtype)
+    dx = dpre @ weight if need_x else None
+    dw = dpre.t() @ x if need_w else None
+    return dx, dw, dbias, (grad if need_res else None), None
+
+
+def _gate_up_input_grads(d_gate, d_up, dgu, dbias32, x, w_gate, w_up, b_gate, b_up, need):
+    """Grads of (x, w_gate, w_up, b_gate, b_up) from d_gate, d_up (dgu = [d_gate |
+    d_up] when they are one [M, 2*hidden] tensor, else None) and the float32 bias
+    column sums [2*hidden]; `need` says which of the five are wanted."""
+    need_x, need_wg, need_wu, need_bg, need_bu = need
+    hidden = d_gate.shape[1]
+    dx = dwg = dwu = dbg = dbu = None
+    if w_up is None:  # merged [2*hidden, K] weight
+        if dgu is not None:  # one GEMM each way
+            dx = dgu @ w_gate if need_x else None
+            dwg = dgu.t() @ x if need_wg else None
+        else:
+            if need_x:
+                dx = torch.addmm(d_gate @ w_gate[:hidden], d_up, w_gate[hidden:])
+            if need_wg:
+                dwg = torch.cat([d_gate.t() @ x, d_up.t() @ x])
+    else:
+        if need_x:
+            dx = torch.addmm(d_gate @ w_gate, d_up, w_up)
+        if need_wg:
+            dwg = d_gate.t() @ x
+        if need_wu:
+            dwu = d_up.t() @ x
+    if need_bg or need_bu:
+        if b_gate is not None and b_gate.shape[0] == 2 * hidden:  # merged bias
+            dbg = dbias32.to(b_gate.dtype)
+        else:
+            dbg = dbias32[:hidden].to(b_gate.dtype) if need_bg else None
+            dbu = dbias32[hidden:].to(b_up.dtype) if need_bu else None
+    return dx, dwg, dwu, dbg, dbu
+
+
+def _split_dgu(dgu: Tensor):
+    hidden = dgu.shape[1] // 2
+    return dgu[:, :hidden], dgu[:, hidden:]
+
+
+def _geglu_linear_setup(ctx, inputs, output):
+    x, w_gate, w_up, b_gate, b_up, approximate = inputs
+    ctx.approximate = approximate
+    ctx.save_for_backward(x, w_gate, w_up, b_gate, b_up)
+
+
+def _geglu_linear_backward(ctx, grad_h):
+    """Recomputing backward: one fused GEMM from x gives d_gate_up."""
+    x, w_gate, w_up, b_gate, b_up = ctx.saved_tensors
+    need = ctx.needs_input_grad[:5]
+    dgu, _, dbias32 = _geglu_linear_grad(grad_h, x, w_gate, w_up, b_gate, b_up, ctx.approximate, False, need[3] or need[4])
+    return (*_gate_up_input_grads(*_split_dgu(dgu), dgu, dbias32, x, w_gate, w_up, b_gate, b_up, need), None)
+
+
+def _geglu_linear_train_setup(ctx, inputs, output):
+    x, w_gate, w_up, b_gate, b_up, approximate = inputs
+    ctx.approximate = approximate
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(x, w_gate, w_up, b_gate, b_up, output[1])
+
+
+def _geglu_linear_train_backward(ctx, grad_h, _grad_pre):
+    """Saved gate/up: the elementwise GeGLU backward gives d_gate, d_up."""
+    x, w_gate, w_up, b_gate, b_up, pre = ctx.saved_tensors
+    need = ctx.needs_input_grad[:5]
+    d_gate, d_up = _geglu_backward_elementwise(grad_h.contiguous(), *_split_dgu(pre), ctx.approximate)
+    dbias32 = None
+    if need[3] or need[4]:
+        dbias32 = torch.cat([d_gate.sum(0, dtype=torch.float32), d_up.sum(0, dtype=torch.float32)])
+    return (*_gate_up_input_grads(d_gate, d_up, None, dbias32, x, w_gate, w_up, b_gate, b_up, need), None)
+
+
+def _geglu_mlp_setup(ctx, inputs, output):
+    x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate = inputs
+    ctx.approximate = approximate
+    ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, b_up)
+
+
+def _geglu_mlp_backward(ctx, grad):
+    """Recomputing backward: grad_h = grad @ w_down, then one fused GEMM from x gives
+    d_gate_up and h."""
+    x, w_gate, w_up, w_down, b_gate, b_up = ctx.saved_tensors
+    need_x, need_wg, need_wu, need_wd, need_bg, need_bu, need_bd, need_res, _ = ctx.needs_input_grad
+    need_gate_up = (need_x, need_wg, need_wu, need_bg, need_bu)
+    dx = dwg = dwu = dwd = dbg = dbu = None
+    if any(need_gate_up):
+        dgu, h, dbias32 = _geglu_linear_grad(
+            grad @ w_down, x, w_gate, w_up, b_gate, b_up, ctx.approximate, need_wd, need_bg or need_bu
+        )
+        dx, dwg, dwu, dbg, dbu = _gate_up_input_grads(
+            *_split_dgu(dgu), dgu, dbias32, x, w_gate, w_up, b_gate, b_up, need_gate_up
+        )
+    elif need_wd:  # only the down projection trains: the forward GEMM gives h
+        h = _geglu_linear(x, w_gate, w_up, b_gate, b_up, ctx.approximate)
+    if need_wd:
+        dwd = grad.t() @ h
+    dbd = grad.sum(0) if need_bd else None
+    return dx, dwg, dwu, dwd, dbg, dbu, dbd, (grad if need_res else None), None
+
+
+def _geglu_mlp_train_setup(ctx, inputs, output):
+    x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate = inputs
+    ctx.approximate = approximate
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, b_up, output[1])
+
+
+def _geglu_mlp_train_backward(ctx, grad, _grad_pre):
+    """Saved gate/up: one fused GEMM (grad @ w_down, GeGLU backward in its epilogue)
+    gives d_gate_up and h."""
+    x, w_gate, w_up, w_down, b_gate, b_up, pre = ctx.saved_tensors
+    need_x, need_wg, need_wu, need_wd, need_bg, need_bu, need_bd, need_res, _ = ctx.needs_input_grad
+    need_gate_up = (need_x, need_wg, need_wu, need_bg, need_bu)
+    dx = dwg = dwu = dwd = dbg = dbu = None
+    if any(need_gate_up):
+        dgu, h, dbias32 = _geglu_mlp_grad(grad, pre, w_down, ctx.approximate, need_wd, need_bg or need_bu)
+        dx, dwg, dwu, dbg, dbu = _gate_up_input_grads(
+            *_split_dgu(dgu), dgu, dbias32, x, w_gate, w_up, b_gate, b_up, need_gate_up
+        )
+    elif need_wd:  # only the down projection trains: h from the saved gate/up
+        h = _geglu_elementwise(*_split_dgu(pre), ctx.approximate)
+    if need_wd:
+        dwd = grad.t() @ h
+    dbd = grad.sum(0) if need_bd else None
+    return dx, dwg, dwu, dwd, dbg, dbu, dbd, (grad if need_res else None), None
+
+
+_linear_epilogue = _define(
+    "linear_epilogue", _linear_epilogue_impl, _linear_epilogue_fake, _linear_epilogue_backward, _linear_epilogue_setup
+)
+_linear_gelu_grad = _define("linear_gelu_grad", _linear_gelu_grad_impl, _linear_gelu_grad_fake)
+_geglu_linear = _define(
+    "geglu_linear", _geglu_linear_impl, _geglu_linear_fake, _geglu_linear_backward, _geglu_linear_setup
+)
+_geglu_linear_train = _define(
+    "geglu_linear_train",
+    _geglu_linear_train_impl,
+    _geglu_linear_train_fake,
+    _geglu_linear_train_backward,
+    _geglu_linear_train_setup,
+)
+_geglu_linear_grad = _define("geglu_linear_grad", _geglu_linear_grad_impl, _geglu_linear_grad_fake)
+_geglu_mlp = _define("geglu_mlp", _geglu_mlp_impl, _geglu_mlp_fake, _geglu_mlp_backward, _geglu_mlp_setup)
+_geglu_mlp_train = _define(
+    "geglu_mlp_train", _geglu_mlp_train_impl, _geglu_mlp_train_fake, _geglu_mlp_train_backward, _geglu_mlp_train_setup
+)
+_geglu_mlp_grad = _define("geglu_mlp_grad", _geglu_mlp_grad_impl, _geglu_mlp_grad_fake)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_x(x) -> None:
+    check_tensor("x", x)
+    if x.device.type not in _DEVICE_TYPES:
+        raise ValueError(
+            f"x is on {x.device}: the fused GEMMs run on CUDA (Triton) or CPU (eager fallback), "
+            f"not on {x.device.type}"
+        )
+
+
+def _check_weight(name: str, w, x: Tensor, in_features: int) -> None:
+    check_tensor(name, w)
+    check_same_dtype(name, w, "x", x)
+    check_same_device(name, w, "x", x)
+    if w.dim() != 2 or w.shape[1] != in_features:
+        raise ValueError(
+            f"{name} must be a 2-d [out_features, {in_features}] weight (nn.Linear layout, "
+            f"in_features = the last dim of its input), got shape {tuple(w.shape)}"
+        )
+
+
+def _check_vector(name: str, t, x: Tensor, length: int) -> None:
+    if t is None:
+        return
+    check_tensor(name, t)
+    check_same_dtype(name, t, "x", x)
+    check_same_device(name, t, "x", x)
+    check_shape(name, t, (length,))
+
+
+def _check_residual(residual, x: Tensor, shape) -> None:
+    if residual is None:
+        return
+    check_tensor("residual", residual)
+    check_same_dtype("residual", residual, "x", x)
+    check_same_device("residual", residual, "x", x)
+    check_shape("residual", residual, shape)
+
+
+def _check_gate_up(x, w_gate, w_up, b_gate, b_up) -> int:
+    """Validates the gate/up operands and returns hidden."""
+    k = x.shape[-1]
+    _check_weight("w_gate", w_gate, x, k)
+    if w_up is None:
+        if w_gate.shape[0] % 2:
+            raise ValueError(
+                "w_gate must have an even number of rows when w_up is None (a merged "
+                f"[2*hidden, in] gate/up weight, gate rows first), got shape {tuple(w_gate.shape)}"
+            )
+        hidden = w_gate.shape[0] // 2
+        if b_gate is not None and b_up is None and b_gate.shape == (2 * hidden,):
+            _check_vector("b_gate", b_gate, x, 2 * hidden)  # merged bias
+            return hidden
+    else:
+        hidden = w_gate.shape[0]
+        _check_weight("w_up", w_up, x, k)
+        check_shape("w_up", w_up, tuple(w_gate.shape))
+    _check_vector("b_gate", b_gate, x, hidden)
+    _check_vector("b_up", b_up, x, hidden)
+    return hidden
+
+
+def _rows(x: Tensor) -> Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+def _saving_for_backward(*tensors) -> bool:
+    """Whether this call takes the training path that saves the pre-activations."""
+    if RECOMPUTE_IN_BACKWARD or not torch.is_grad_enabled():
+        return False
+    return any(t is not None and t.requires_grad for t in tensors)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def linear_bias(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """x @ weight.T + bias (bias may be None) with the bias added in the GEMM epilogue.
+
+    x: [..., in] float16/bfloat16/float32; weight: [out, in]; bias: [out]. Returns [..., out]."""
+    _check_x(x)
+    _check_weight("weight", weight, x, x.shape[-1])
+    _check_vector("bias", bias, x, weight.shape[0])
+    y = _linear_epilogue(_rows(x), weight, bias, None, "none")
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, approximate: str = "tanh") -> Tensor:
+    """gelu(x @ weight.T + bias) in one kernel (bias and GELU in the GEMM epilogue).
+
+    approximate: "tanh" (gelu_pytorch_tanh / gelu_new) or "none" (exact erf GELU).
+    x: [..., in]; weight: [out, in]; bias: [out] or None. Returns [..., out]."""
+    _check_x(x)
+    _check_weight("weight", weight, x, x.shape[-1])
+    _check_vector("bias", bias, x, weight.shape[0])
+    check_approximate("approximate", approximate)
+    y = _linear_epilogue(_rows(x), weight, bias, None, _GELU_FOR[approximate])
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def geglu_linear(
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Optional[Tensor] = None,
+    b_gate: Optional[Tensor] = None,
+    b_up: Optional[Tensor] = None,
+    approximate: str = "tanh",
+) -> Tensor:
+    """gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up) in one kernel: each x tile
+    feeds a gate and an up accumulator; only [..., hidden] is written.
+
+    w_gate, w_up: [hidden, in]. w_up=None: w_gate is a merged [2*hidden, in] gate/up
+    weight (gate rows first), read in place; its bias is then either merged
+    (b_gate [2*hidden], b_up None) or split (b_gate, b_up of [hidden]).
+    Returns [..., hidden]."""
+    _check_x(x)
+    hidden = _check_gate_up(x, w_gate, w_up, b_gate, b_up)
+    check_approximate("approximate", approximate)
+    if _saving_for_backward(x, w_gate, w_up, b_gate, b_up):
+        h, _ = _geglu_linear_train(_rows(x), w_gate, w_up, b_gate, b_up, approximate)
+    else:
+        h = _geglu_linear(_rows(x), w_gate, w_up, b_gate, b_up, approximate)
+    return h.reshape(*x.shape[:-1], hidden)
+
+
+def geglu_mlp(
+    x: Tensor,
+    w_gate: Tensor,
+    w_up: Optional[Tensor],
+    w_down: Tensor,
+    biases: Optional[Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]] = None,
+    residual: Optional[Tensor] = None,
+    approximate: str = "tanh",
+) -> Tensor:
+    """down(gelu(gate(x)) * up(x)) [+ residual] as two fused GEMMs:
+    geglu_linear, then x_hidden @ w_down.T with b_down and the residual added in the
+    down GEMM's epilogue.
+
+    w_gate, w_up: [hidden, in] (w_up=None: merged [2*hidden, in], see geglu_linear);
+    w_down: [out, hidden]. biases: None or a 3-tuple (b_gate, b_up, b_down), each a
+    tensor or None (b_gate may be a merged [2*hidden] bias with a merged weight).
+    residual: None or a tensor of the output's shape [..., out], e.g. the block
+    input for `x + mlp(x)`. Returns [..., out]."""
+    _check_x(x)
+    if biases is None:
+        biases = (None, None, None)
+    if not isinstance(biases, (tuple, list)) or len(biases) != 3:
+        raise TypeError(f"biases must be None or a tuple (b_gate, b_up, b_down), got {biases!r}")
+    b_gate, b_up, b_down = biases
+    hidden = _check_gate_up(x, w_gate, w_up, b_gate, b_up)
+    _check_weight("w_down", w_down, x, hidden)
+    _check_vector("b_down", b_down, x, w_down.shape[0])
+    out_shape = (*x.shape[:-1], w_down.shape[0])
+    _check_residual(residual, x, out_shape)
+    check_approximate("approximate", approximate)
+    res = None if residual is None else _rows(residual)
+    args = (_rows(x), w_gate, w_up, w_down, b_gate, b_up, b_down, res, approximate)
+    if _saving_for_backward(x, w_gate, w_up, w_down, b_gate, b_up):
+        y, _ = _geglu_mlp_train(*args)
+    else:
+        y = _geglu_mlp(*args)
+    return y.reshape(out_shape)

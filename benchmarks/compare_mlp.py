@@ -1,0 +1,266 @@
+"""Fused-GEMM benchmark: the GeGLU MLP, bias+GELU linears and a training step, against
+what users run instead, on one GPU, one process, the same inputs for every variant.
+
+    python -m tools.build && python benchmarks/compare_mlp.py
+
+MLP forward at the anchor shapes (tokens, dim, hidden) of /work/shared/reference/anchors.md:
+eager (5 kernels), torch.compile, Liger (LigerGELUMulFunction between cuBLAS GEMMs, the
+kernel behind kernels-community/liger-kernels' LigerGEGLUMLP; skipped with a note when
+liger-kernel is missing), cuBLAS GEMMs alone (merged gate/up GEMM + down GEMM, no
+activation), and ours (geglu_mlp); plus geglu_linear alone against the merged
+gate/up cuBLAS GEMM it replaces. Decode is also timed replayed from a CUDA graph (what
+decoding loops run; plain calls include Python launch overhead).
+linear_bias_gelu at (8192; 1024 -> 4096) and (8192; 1600 -> 6400) against
+torch._addmm_activation(bias, x, w.t(), use_gelu=True) (cuBLASLt bias+GELU epilogue) and
+eager F.gelu(F.linear(...)). Training step (forward + backward for x and all weights)
+at the blog shape against eager autograd, for both of our memory modes.
+
+Times: median of triton.testing.do_bench, microseconds, bf16. TFLOP/s counts the GEMM
+FLOPs only; "ceiling" is the fraction of a 8192^3 bf16 matmul measured in this run.
+A table prints last; JSON goes to $OUT/mlp_bench.json (when OUT is set) and
+benchmarks/results/mlp_<device>.json.
+"""
+
+import datetime
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+DT = torch.bfloat16
+
+# Anchors measured on an H200 (anchors.md), microseconds.
+ANCHORS = {
+    "blog": {"eager": 248.9, "compile": 220.7, "liger": 229.3, "cublas": 192.7},
+    "gemma2b": {"eager": 1369.7, "compile": 1308.2, "liger": 1350.6, "cublas": 1262.8},
+    "gemma7b": {"eager": 2971.1, "compile": 2873.8, "liger": 2912.6, "cublas": 2779.9},
+    "decode": {"eager": 137.4, "compile": 134.9, "liger": 138.2, "cublas": 130.3},
+}
+MLP_SHAPES = {  # name: (tokens, dim, hidden)
+    "blog": (8192, 768, 3072),
+    "gemma2b": (4096, 2048, 16384),
+    "gemma7b": (4096, 3072, 24576),
+    "decode": (16, 3072, 24576),
+}
+GELU_SHAPES = {"bert_large": (8192, 1024, 4096), "gpt2_xl": (8192, 1600, 6400)}
+
+
+def bench_us(fn, rep=100) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=rep, return_mode="median") * 1e3
+
+
+def graph_us(fn) -> float:
+    """Time fn replayed from a CUDA graph (no Python / launch overhead)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return bench_us(g.replay)
+
+
+def rel_err(a, b) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def device_short(name: str) -> str:
+    m = re.search(r"([a-z]\d{2,4})", name.lower().replace("nvidia", ""))
+    return m.group(1) if m else re.sub(r"\W+", "_", name.lower()).strip("_")
+
+
+def load_kernel():
+    from kernels import get_kernel
+
+    os.environ["LOCAL_KERNELS"] = f"org/geglu={REPO}"
+    return get_kernel("org/geglu", version=1)
+
+
+def liger_geglu():
+    try:
+        from liger_kernel.ops.geglu import LigerGELUMulFunction
+    except ImportError as e:
+        return None, f"liger-kernel not importable ({e}); Liger column skipped"
+    return LigerGELUMulFunction.apply, None
+
+
+def main() -> int:
+    import triton
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    geglu = load_kernel()
+    dev = "cuda"
+    props = torch.cuda.get_device_properties(0)
+    res = {
+        "device": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "dtype": "bfloat16",
+        "notes": [],
+    }
+    a = torch.randn(8192, 8192, device=dev, dtype=DT)
+    b = torch.randn(8192, 8192, device=dev, dtype=DT)
+    ceiling = 2 * 8192**3 / (bench_us(lambda: a @ b) * 1e-6) / 1e12
+    res["matmul_ceiling_tflops"] = ceiling
+    del a, b
+    print(f"{props.name}: 8192^3 bf16 matmul {ceiling:.0f} TFLOP/s; torch {torch.__version__}, triton {triton.__version__}")
+
+    liger, note = liger_geglu()
+    if note:
+        res["notes"].append(note)
+        print(note)
+
+    def rate(flops, us):
+        tf = flops / (us * 1e-6) / 1e12
+        return {"us": us, "tflops": tf, "ceiling_frac": tf / ceiling}
+
+    # ---------------------------------------------------------------- MLP forward
+    res["mlp"] = {}
+    for name, (m, d, h) in MLP_SHAPES.items():
+        g = torch.Generator(device=dev).manual_seed(0)
+        x = torch.randn(m, d, device=dev, dtype=DT, generator=g)
+        wg = torch.randn(h, d, device=dev, dtype=DT, generator=g) * d**-0.5
+        wu = torch.randn(h, d, device=dev, dtype=DT, generator=g) * d**-0.5
+        wd = torch.randn(d, h, device=dev, dtype=DT, generator=g) * h**-0.5
+        wgu = torch.cat([wg, wu])
+        h_tmp = torch.randn(m, h, device=dev, dtype=DT, generator=g)
+
+        def eager():
+            return F.linear(F.gelu(F.linear(x, wg), approximate="tanh") * F.linear(x, wu), wd)
+
+        compiled = torch.compile(eager, dynamic=False)
+
+        def ours():
+            return geglu.geglu_mlp(x, wg, wu, wd)
+
+        def gemms_only():
+            F.linear(x, wgu)
+            return F.linear(h_tmp, wd)
+
+        variants = {"eager": eager, "compile": compiled, "cublas": gemms_only, "ours": ours}
+        if liger is not None:
+            variants["liger"] = lambda: F.linear(liger(F.linear(x, wg), F.linear(x, wu)), wd)
+        with torch.no_grad():
+            ref = eager()
+            err = rel_err(ours(), ref)
+            assert err < 2e-2, (name, err)
+            flops = 2 * m * d * h * 3
+            r = {k: rate(flops, bench_us(fn)) for k, fn in variants.items()}
+            r["ours"]["rel_err_vs_eager"] = err
+            # The gate/up half alone: our fused GEMM against one cuBLAS GEMM of N = 2*hidden.
+            r["geglu_linear"] = rate(2 * m * d * 2 * h, bench_us(lambda: geglu.geglu_linear(x, wg, wu)))
+            r["cublas_gate_up"] = rate(2 * m * d * 2 * h, bench_us(lambda: F.linear(x, wgu)))
+            r["cublas_down"] = rate(2 * m * d * h, bench_us(lambda: F.linear(h_tmp, wd)))
+            if m <= 64:
+                r["ours_graph"] = rate(flops, graph_us(ours))
+                r["eager_graph"] = rate(flops, graph_us(eager))
+                r["cublas_graph"] = rate(flops, graph_us(gemms_only))
+                weight_bytes = 3 * h * d * 2
+                r["weight_read_floor_us"] = weight_bytes / 4.25e12 * 1e6
+        r["ratios_ours_vs_anchor"] = {k: v / r["ours"]["us"] for k, v in ANCHORS[name].items()}
+        r["ratios_ours_vs_measured"] = {k: r[k]["us"] / r["ours"]["us"] for k in variants if k != "ours"}
+        res["mlp"][name] = r
+        print(f"{name} {m}x{d}x{h}: " + ", ".join(f"{k} {v['us']:.1f}" for k, v in r.items() if isinstance(v, dict) and "us" in v), flush=True)
+        del x, wg, wu, wd, wgu, h_tmp, compiled
+        torch.cuda.empty_cache()
+
+    # ---------------------------------------------------------------- linear + bias + GELU
+    res["linear_bias_gelu"] = {}
+    for name, (m, k, n) in GELU_SHAPES.items():
+        x = torch.randn(m, k, device=dev, dtype=DT)
+        w = torch.randn(n, k, device=dev, dtype=DT) * k**-0.5
+        bias = torch.randn(n, device=dev, dtype=DT)
+        variants = {
+            "addmm_activation": lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True),
+            "eager": lambda: F.gelu(F.linear(x, w, bias), approximate="tanh"),
+            "ours": lambda: geglu.linear_bias_gelu(x, w, bias, approximate="tanh"),
+        }
+        with torch.no_grad():
+            err = rel_err(variants["ours"](), variants["eager"]())
+            assert err < 2e-2, (name, err)
+            r = {kk: rate(2 * m * k * n, bench_us(fn)) for kk, fn in variants.items()}
+        r["ratios_ours_vs"] = {kk: r[kk]["us"] / r["ours"]["us"] for kk in variants if kk != "ours"}
+        res["linear_bias_gelu"][name] = r
+        print(f"linear_bias_gelu {name} {m}x{k}->{n}: " + ", ".join(f"{kk} {v['us']:.1f}" for kk, v in r.items() if "us" in v), flush=True)
+
+    # ---------------------------------------------------------------- training step
+    m, d, h = MLP_SHAPES["blog"]
+    x = torch.randn(m, d, device=dev, dtype=DT, requires_grad=True)
+    wg = (torch.randn(h, d, device=dev, dtype=DT) * d**-0.5).requires_grad_()
+    wu = (torch.randn(h, d, device=dev, dtype=DT) * d**-0.5).requires_grad_()
+    wd = (torch.randn(d, h, device=dev, dtype=DT) * h**-0.5).requires_grad_()
+    dy = torch.randn(m, d, device=dev, dtype=DT)
+    params = (x, wg, wu, wd)
+
+    def step(fn):
+        return lambda: torch.autograd.grad(fn(), params, dy)
+
+    def eager_mlp():
+        return F.linear(F.gelu(F.linear(x, wg), approximate="tanh") * F.linear(x, wu), wd)
+
+    def ours_mlp():
+        return geglu.geglu_mlp(x, wg, wu, wd)
+
+    ref = step(eager_mlp)()
+    got = step(ours_mlp)()
+    errs = [rel_err(a_, b_) for a_, b_ in zip(got, ref)]
+    assert max(errs) < 3e-2, errs
+    flops = 3 * 2 * m * d * h * 3  # forward + two backward GEMMs per forward GEMM
+    train = {"eager": rate(flops, bench_us(step(eager_mlp))), "ours_save_pre": rate(flops, bench_us(step(ours_mlp)))}
+    geglu.linear.RECOMPUTE_IN_BACKWARD = True
+    try:
+        train["ours_recompute"] = rate(flops, bench_us(step(ours_mlp)))
+    finally:
+        geglu.linear.RECOMPUTE_IN_BACKWARD = False
+    train["grad_rel_err"] = errs
+    train["speedup_vs_eager"] = {kk: train["eager"]["us"] / train[kk]["us"] for kk in ("ours_save_pre", "ours_recompute")}
+    res["training_blog"] = train
+    print("training step (blog): " + ", ".join(f"{kk} {v['us']:.1f}" for kk, v in train.items() if isinstance(v, dict) and "us" in v))
+
+    # ---------------------------------------------------------------- report
+    print(f"\n{'case':<34} {'ours us':>9} {'TFLOP/s':>8} {'ceil':>5}  vs (x = their time / ours)")
+    for name, r in res["mlp"].items():
+        vs = " ".join(f"{k}={v:.2f}" for k, v in r["ratios_ours_vs_measured"].items())
+        print(f"{'mlp ' + name:<34} {r['ours']['us']:>9.1f} {r['ours']['tflops']:>8.0f} {r['ours']['ceiling_frac']:>5.2f}  {vs}")
+        gl = r["geglu_linear"]
+        print(f"{'  geglu_linear ' + name:<34} {gl['us']:>9.1f} {gl['tflops']:>8.0f} {gl['ceiling_frac']:>5.2f}  "
+              f"cublas_gate_up={r['cublas_gate_up']['us'] / gl['us']:.2f}")  # fmt: skip
+        if "ours_graph" in r:
+            print(f"{'  graph ' + name:<34} {r['ours_graph']['us']:>9.1f} {'':>8} {'':>5}  "
+                  f"eager={r['eager_graph']['us'] / r['ours_graph']['us']:.2f} cublas={r['cublas_graph']['us'] / r['ours_graph']['us']:.2f} "
+                  f"weight-read floor {r['weight_read_floor_us']:.0f} us")  # fmt: skip
+        anchors = " ".join(f"{k}={v:.2f}" for k, v in r["ratios_ours_vs_anchor"].items())
+        print(f"{'  vs anchors.md (H200) ':<34} {'':>9} {'':>8} {'':>5}  {anchors}")
+    for name, r in res["linear_bias_gelu"].items():
+        vs = " ".join(f"{k}={v:.2f}" for k, v in r["ratios_ours_vs"].items())
+        print(f"{'linear_bias_gelu ' + name:<34} {r['ours']['us']:>9.1f} {r['ours']['tflops']:>8.0f} {r['ours']['ceiling_frac']:>5.2f}  {vs}")
+    t = res["training_blog"]
+    for kk in ("ours_save_pre", "ours_recompute"):
+        print(f"{'train blog ' + kk:<34} {t[kk]['us']:>9.1f} {t[kk]['tflops']:>8.0f} {t[kk]['ceiling_frac']:>5.2f}  "
+              f"eager={t['speedup_vs_eager'][kk]:.2f}")  # fmt: skip
+
+    out_dir = REPO / "benchmarks" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"mlp_{device_short(props.name)}.json"]
+    if os.environ.get("OUT"):
+        paths.append(Path(os.environ["OUT"]) / "mlp_bench.json")
+    for p in paths:
+        p.write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
