@@ -10,10 +10,15 @@ liger-kernel is missing), cuBLAS GEMMs alone (merged gate/up GEMM + down GEMM, n
 activation), and ours (geglu_mlp); plus geglu_linear alone against the merged
 gate/up cuBLAS GEMM it replaces. Decode is also timed replayed from a CUDA graph (what
 decoding loops run; plain calls include Python launch overhead).
-linear_bias_gelu at (8192; 1024 -> 4096) and (8192; 1600 -> 6400) against
-torch._addmm_activation(bias, x, w.t(), use_gelu=True) (cuBLASLt bias+GELU epilogue) and
-eager F.gelu(F.linear(...)). Training step (forward + backward for x and all weights)
-at the blog shape against eager autograd, for both of our memory modes.
+linear_bias_gelu at (8192; 1024 -> 4096), (8192; 1600 -> 6400) and 64 tokens of the
+first, against torch._addmm_activation(bias, x, w.t(), use_gelu=True) (cuBLASLt
+bias+GELU epilogue, what our tanh path now calls) and eager F.gelu(F.linear(...)) =
+cuBLAS + a GELU pass, for tanh and for exact GELU (exact: ours is the Triton epilogue
+kernel above 256 tokens, cuBLAS + GELU below; the "exact" pair says whether Triton
+still earns its place at large M). Training step (forward + backward for x and all
+weights) at the blog shape against eager autograd, in our three backward modes:
+default (cuBLAS grad @ w_down + elementwise GeGLU backward), fused_bwd
+(FUSED_SAVED_BACKWARD: the GeGLU backward in the Triton GEMM's epilogue), recompute.
 
 Times: median of triton.testing.do_bench, microseconds, bf16. TFLOP/s counts the GEMM
 FLOPs only; "ceiling" is the fraction of a 8192^3 bf16 matmul measured in this run.
@@ -47,7 +52,7 @@ MLP_SHAPES = {  # name: (tokens, dim, hidden)
     "gemma7b": (4096, 3072, 24576),
     "decode": (16, 3072, 24576),
 }
-GELU_SHAPES = {"bert_large": (8192, 1024, 4096), "gpt2_xl": (8192, 1600, 6400)}
+GELU_SHAPES = {"bert_large": (8192, 1024, 4096), "gpt2_xl": (8192, 1600, 6400), "bert_large_m64": (64, 1024, 4096)}
 
 
 def bench_us(fn, rep=100) -> float:
@@ -186,12 +191,17 @@ def main() -> int:
             "addmm_activation": lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True),
             "eager": lambda: F.gelu(F.linear(x, w, bias), approximate="tanh"),
             "ours": lambda: geglu.linear_bias_gelu(x, w, bias, approximate="tanh"),
+            "eager_exact": lambda: F.gelu(F.linear(x, w, bias)),
+            "ours_exact": lambda: geglu.linear_bias_gelu(x, w, bias, approximate="none"),
         }
         with torch.no_grad():
             err = rel_err(variants["ours"](), variants["eager"]())
             assert err < 2e-2, (name, err)
+            err = rel_err(variants["ours_exact"](), variants["eager_exact"]())
+            assert err < 2e-2, (name, "exact", err)
             r = {kk: rate(2 * m * k * n, bench_us(fn)) for kk, fn in variants.items()}
-        r["ratios_ours_vs"] = {kk: r[kk]["us"] / r["ours"]["us"] for kk in variants if kk != "ours"}
+        r["ratios_ours_vs"] = {kk: r[kk]["us"] / r["ours"]["us"] for kk in ("addmm_activation", "eager")}
+        r["ratios_ours_exact_vs"] = {"eager_exact": r["eager_exact"]["us"] / r["ours_exact"]["us"]}
         res["linear_bias_gelu"][name] = r
         print(f"linear_bias_gelu {name} {m}x{k}->{n}: " + ", ".join(f"{kk} {v['us']:.1f}" for kk, v in r.items() if "us" in v), flush=True)
 
@@ -219,13 +229,17 @@ def main() -> int:
     assert max(errs) < 3e-2, errs
     flops = 3 * 2 * m * d * h * 3  # forward + two backward GEMMs per forward GEMM
     train = {"eager": rate(flops, bench_us(step(eager_mlp))), "ours_save_pre": rate(flops, bench_us(step(ours_mlp)))}
-    geglu.linear.RECOMPUTE_IN_BACKWARD = True
-    try:
-        train["ours_recompute"] = rate(flops, bench_us(step(ours_mlp)))
-    finally:
-        geglu.linear.RECOMPUTE_IN_BACKWARD = False
+    for mode, flag in (("ours_fused_bwd", "FUSED_SAVED_BACKWARD"), ("ours_recompute", "RECOMPUTE_IN_BACKWARD")):
+        setattr(geglu.linear, flag, True)
+        try:
+            errs_mode = [rel_err(a_, b_) for a_, b_ in zip(step(ours_mlp)(), ref)]
+            assert max(errs_mode) < 3e-2, (mode, errs_mode)
+            train[mode] = rate(flops, bench_us(step(ours_mlp)))
+        finally:
+            setattr(geglu.linear, flag, False)
     train["grad_rel_err"] = errs
-    train["speedup_vs_eager"] = {kk: train["eager"]["us"] / train[kk]["us"] for kk in ("ours_save_pre", "ours_recompute")}
+    modes = ("ours_save_pre", "ours_fused_bwd", "ours_recompute")
+    train["speedup_vs_eager"] = {kk: train["eager"]["us"] / train[kk]["us"] for kk in modes}
     res["training_blog"] = train
     print("training step (blog): " + ", ".join(f"{kk} {v['us']:.1f}" for kk, v in train.items() if isinstance(v, dict) and "us" in v))
 
@@ -246,8 +260,11 @@ def main() -> int:
     for name, r in res["linear_bias_gelu"].items():
         vs = " ".join(f"{k}={v:.2f}" for k, v in r["ratios_ours_vs"].items())
         print(f"{'linear_bias_gelu ' + name:<34} {r['ours']['us']:>9.1f} {r['ours']['tflops']:>8.0f} {r['ours']['ceiling_frac']:>5.2f}  {vs}")
+        oe = r["ours_exact"]
+        print(f"{'  exact GELU ' + name:<34} {oe['us']:>9.1f} {oe['tflops']:>8.0f} {oe['ceiling_frac']:>5.2f}  "
+              f"eager_exact={r['ratios_ours_exact_vs']['eager_exact']:.2f}")  # fmt: skip
     t = res["training_blog"]
-    for kk in ("ours_save_pre", "ours_recompute"):
+    for kk in modes:
         print(f"{'train blog ' + kk:<34} {t[kk]['us']:>9.1f} {t[kk]['tflops']:>8.0f} {t[kk]['ceiling_frac']:>5.2f}  "
               f"eager={t['speedup_vs_eager'][kk]:.2f}")  # fmt: skip
 

@@ -317,6 +317,186 @@ def test_cpu_eager_fallback(kernel, monkeypatch, dtype):
     assert_close(g, F.gelu(F.linear(r[0], r[3].t()), approximate="tanh"), dtype, "linear_bias_gelu")
 
 
+# --------------------------------------------------------------------------- routing (linear._gemm_backend)
+
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+
+
+def test_gemm_backend_decisions(kernel, monkeypatch):
+    """The routing table itself (pure function of kind, device, dtype, tokens): decided
+    for CUDA tensors too, without a GPU. See linear.py's docstring for the measurements."""
+    lin = kernel.linear
+    route = lin._gemm_backend
+    has_triton = lin.triton_gemm is not None
+    interp = has_triton and lin.triton_gemm.INTERPRET
+    fused = "triton" if has_triton else None
+    # bias / residual epilogues: cuBLAS everywhere, every size and dtype
+    for dev in ("cuda", "cpu"):
+        for m in (1, 16, 300, 8192):
+            for dt in (F16, BF16, F32):
+                assert route("linear", dev, dt, m, "none", True) == "cublas"
+                assert route("linear", dev, dt, m, "none", False) == "cublas"
+    if has_triton:
+        # tanh GELU with a bias: cuBLASLt's GELU epilogue on CUDA, any size
+        for m in (1, 16, 256, 257, 8192):
+            for dt in (F16, BF16, F32):
+                assert route("linear", "cuda", dt, m, "gelu_tanh", True) == "cublas"
+        # exact GELU, or tanh without bias: cuBLAS + elementwise up to 256 tokens, Triton above
+        for act, bias in (("gelu", True), ("gelu", False), ("gelu_tanh", False)):
+            assert route("linear", "cuda", BF16, 1, act, bias) == "cublas"
+            assert route("linear", "cuda", BF16, lin.CUBLAS_GELU_MAX_TOKENS, act, bias) == "cublas"
+            assert route("linear", "cuda", BF16, lin.CUBLAS_GELU_MAX_TOKENS + 1, act, bias) == "triton"
+        assert route("linear_gelu_grad", "cuda", BF16, 64) == "cublas"
+        assert route("linear_gelu_grad", "cuda", BF16, 8192) == "triton"
+        # the two-accumulator GeGLU GEMM stays on Triton at every size
+        for m in (1, 16, 64, 256, 8192):
+            assert route("geglu", "cuda", BF16, m) == "triton"
+    # CPU never takes _addmm_activation (its GELU there is exact erf); fused kinds run
+    # interpreted Triton (float16/float32 under TRITON_INTERPRET=1) or the eager composite
+    for act in ("gelu", "gelu_tanh"):
+        assert route("linear", "cpu", F32, 8, act, True) == ("triton" if interp else "eager")
+        assert route("linear", "cpu", BF16, 8, act, True) == "eager"
+    assert route("geglu", "cpu", BF16, 8) == "eager"
+    assert route("geglu", "cpu", F16, 8) == ("triton" if interp else "eager")
+    # geglu_mlp's backward through w_down: cuBLAS + elementwise unless FUSED_SAVED_BACKWARD
+    for dev, dt in (("cuda", BF16), ("cpu", F32), ("cpu", BF16)):
+        assert route("geglu_saved_grad", dev, dt, 8192) == "cublas"
+    monkeypatch.setattr(lin, "FUSED_SAVED_BACKWARD", True)
+    assert route("geglu_saved_grad", "cuda", BF16, 8192) == (fused or "cublas")
+    assert route("geglu_saved_grad", "cpu", BF16, 8) == "cublas"  # no Triton for bf16 on CPU
+    with pytest.raises(ValueError, match="kind must be one of"):
+        route("conv", "cuda", BF16, 8)
+    # empty problems: eager composite whatever the kind
+    empty = torch.empty((0, 40))
+    assert lin._backend_for("linear", empty, torch.empty((24, 40))) == "eager"
+    assert lin._backend_for("linear", torch.empty((3, 0)), torch.empty((24, 0))) == "eager"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_cublas_linear_helper(kernel, dtype):
+    """_cublas_linear / _cublas_linear_gelu_grad, the code the cuBLAS routes run, on CPU
+    tensors (torch.addmm is the same call there; only the CUDA-only _addmm_activation
+    line is left to the cuda tests): every activation with and without bias and
+    residual, result in x's dtype."""
+    lin = kernel.linear
+    x = rand((9, 40), dtype, seed=1, device="cpu")
+    w = weight(24, 40, dtype, 2).cpu()
+    b = rand((24,), dtype, seed=3, device="cpu")
+    res = rand((9, 24), dtype, seed=4, device="cpu")
+    dy = rand((9, 24), dtype, seed=5, device="cpu")
+    for act in ("none", "gelu", "gelu_tanh"):
+        for bias in (None, b):
+            for residual in (None, res):
+                pre = F.linear(x.double(), w.double(), None if bias is None else bias.double())
+                ref = pre if act == "none" else F.gelu(pre, approximate="tanh" if act == "gelu_tanh" else "none")
+                if residual is not None:
+                    ref = ref + residual.double()
+                y = lin._cublas_linear(x, w, bias, residual, act)
+                assert y.dtype == dtype
+                assert_close(y, ref, dtype, f"{act} bias={bias is not None} residual={residual is not None}")
+        if act == "none":
+            continue
+        approximate = "tanh" if act == "gelu_tanh" else "none"
+        for bias in (None, b):
+            pre = ref64(F.linear(x.double(), w.double(), None if bias is None else bias.double()))
+            (dpre_ref,) = torch.autograd.grad(F.gelu(pre, approximate=approximate), [pre], dy.double())
+            dpre, db = lin._cublas_linear_gelu_grad(dy, x, w, bias, approximate, True)
+            assert dpre.dtype == dtype and db.dtype == torch.float32
+            assert_close(dpre, dpre_ref, dtype, f"gelu grad {approximate}")
+            assert_close(db, dpre_ref.sum(0), dtype, f"gelu bias grad {approximate}")
+
+
+def test_addmm_activation_gelu_form_on_cpu():
+    """torch._addmm_activation(use_gelu=True) applies the EXACT (erf) GELU on CPU, the
+    tanh form only on CUDA (cuBLASLt epilogue; test_cuda_addmm_activation_is_tanh):
+    why the router sends only CUDA tanh-GELU linears there."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 32, generator=g, dtype=torch.float64) * 2
+    w = torch.randn(48, 32, generator=g, dtype=torch.float64) * 0.5
+    b = torch.randn(48, generator=g, dtype=torch.float64)
+    pre = torch.addmm(b, x, w.t())
+    y = torch._addmm_activation(b, x, w.t(), use_gelu=True)
+    assert (y - F.gelu(pre)).abs().max() < 1e-12
+    assert (y - F.gelu(pre, approximate="tanh")).abs().max() > 1e-4
+
+
+def _spy(monkeypatch, module, name):
+    calls = []
+    original = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+def test_routes_taken_by_the_public_api(kernel, tg, monkeypatch):
+    """The public functions call the routes the table names: linear_bias and the down
+    projection on cuBLAS, geglu_mlp's backward through cuBLAS + the elementwise GeGLU
+    backward (or the fused op with FUSED_SAVED_BACKWARD)."""
+    lin = kernel.linear
+    dtype = torch.float32
+    cublas = _spy(monkeypatch, lin, "_cublas_linear")
+    saved = _spy(monkeypatch, lin, "_cublas_geglu_saved_grad")
+    fused = _spy(monkeypatch, lin, "_geglu_mlp_grad")
+    x = leaf(rand((9, 40), dtype, seed=1))
+    wg, wu, wd = leaf(weight(24, 40, dtype, 2)), leaf(weight(24, 40, dtype, 3)), leaf(weight(40, 24, dtype, 4))
+    kernel.linear_bias(x, wd.t(), None)
+    assert cublas == ["_cublas_linear"]
+    y = kernel.geglu_mlp(x, wg, wu, wd, residual=x)
+    assert cublas == ["_cublas_linear"] * 2
+    y.sum().backward()
+    assert saved == ["_cublas_geglu_saved_grad"] and fused == []
+    monkeypatch.setattr(lin, "FUSED_SAVED_BACKWARD", True)
+    kernel.geglu_mlp(x, wg, wu, wd).sum().backward()
+    assert saved == ["_cublas_geglu_saved_grad"] and fused == ["_geglu_mlp_grad"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fused_saved_backward_mode(kernel, tg, monkeypatch, dtype):
+    """FUSED_SAVED_BACKWARD=True: geglu_mlp's backward through the fused Triton kernel
+    (GeGLU backward in the epilogue of grad @ w_down); same grads as the default."""
+    monkeypatch.setattr(kernel.linear, "FUSED_SAVED_BACKWARD", True)
+    x = leaf(rand((2, 9, 40), dtype, seed=1))
+    w = leaf(weight(48, 40, dtype, 2))
+    wd = leaf(weight(40, 24, dtype, 4))
+    bg, bd = leaf(rand((48,), dtype, seed=5)), leaf(rand((40,), dtype, seed=6))
+    dy = rand((2, 9, 40), dtype, seed=7)
+    y = kernel.geglu_mlp(x, w, None, wd, biases=(bg, None, bd), approximate="none")
+    got = grads_of(y, dy, [x, w, wd, bg, bd])
+    r = [ref64(t) for t in (x, w, wd, bg, bd)]
+    ref = F.linear(ref_geglu(r[0], r[1][:24], r[1][24:], r[3][:24], r[3][24:], "none"), r[2], r[4])
+    assert_close(y, ref, dtype, "forward")
+    check_grads(got, grads_of(ref, dy.double(), r), dtype, ["x", "w", "w_down", "b_gate", "b_down"])
+
+
+def test_gelu_linear_cublas_route_end_to_end(kernel, monkeypatch):
+    """linear_bias_gelu through the cuBLAS route (forced: on CPU the router picks it
+    only for CUDA tensors), forward and backward, float16 and bfloat16."""
+    lin = kernel.linear
+    original = lin._gemm_backend
+
+    def cublas_linear_kinds(kind, *args, **kwargs):
+        return "cublas" if kind.startswith("linear") else original(kind, *args, **kwargs)
+
+    monkeypatch.setattr(lin, "_gemm_backend", cublas_linear_kinds)
+    for dtype in (torch.float16, torch.bfloat16):
+        for approximate, has_bias in (("tanh", True), ("none", False)):
+            x = leaf(rand((3, 5, 40), dtype, seed=1, device="cpu"))
+            w = leaf(weight(24, 40, dtype, 2).cpu())
+            b = leaf(rand((24,), dtype, seed=3, device="cpu")) if has_bias else None
+            dy = rand((3, 5, 24), dtype, seed=4, device="cpu")
+            y = kernel.linear_bias_gelu(x, w, b, approximate=approximate)
+            assert y.dtype == dtype
+            got = grads_of(y, dy, [x, w, b])
+            r = [ref64(t) for t in (x, w, b)]
+            ref = F.gelu(F.linear(*r), approximate=approximate)
+            assert_close(y, ref, dtype, "forward")
+            check_grads(got, grads_of(ref, dy.double(), r), dtype, ["x", "weight", "bias"])
+
+
 # --------------------------------------------------------------------------- kernels directly
 
 
@@ -581,29 +761,34 @@ def test_cuda_grid_geglu_linear(kernel, tg, m, kn, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kn", GRID_KN, ids=lambda kn: f"K{kn[0]}-N{kn[1]}")
 @pytest.mark.parametrize("m", GRID_M)
-def test_cuda_grid_linear_bias_gelu(kernel, tg, m, kn, dtype):
+def test_cuda_grid_linear_bias_gelu(kernel, tg, m, kn, dtype, approximate):
+    """Exact GELU: cuBLAS + elementwise up to 256 tokens, Triton above; tanh with a
+    bias: cuBLASLt's GELU epilogue at every size."""
     k, n = kn
     x = leaf(rand((m, k), dtype, seed=1))
     w, b = leaf(weight(n, k, dtype, 2)), leaf(rand((n,), dtype, seed=3))
     dy = rand((m, n), dtype, seed=4)
-    y = kernel.linear_bias_gelu(x, w, b, approximate="none")
+    y = kernel.linear_bias_gelu(x, w, b, approximate=approximate)
+    assert y.dtype == dtype
     got = grads_of(y, dy, [x, w, b])
     r = [ref64(t) for t in (x, w, b)]
-    ref = F.gelu(F.linear(*r))
+    ref = F.gelu(F.linear(*r), approximate=approximate)
     assert_close(y, ref, dtype, "forward")
     check_grads(got, grads_of(ref, dy.double(), r), dtype, ["x", "weight", "bias"])
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("recompute", [False, True], ids=["save_pre", "recompute"])
+@pytest.mark.parametrize("mode", ["save_pre", "fused_bwd", "recompute"])
 @pytest.mark.parametrize("m", [16, 4096])
-def test_cuda_mlp_gemma_shape(kernel, tg, monkeypatch, m, recompute):
+def test_cuda_mlp_gemma_shape(kernel, tg, monkeypatch, m, mode):
     """Gemma-7B-like MLP (3072 -> 24576 -> 3072), merged weight, residual, bf16, in
-    both backward modes."""
-    monkeypatch.setattr(kernel.linear, "RECOMPUTE_IN_BACKWARD", recompute)
+    every backward mode (cuBLAS + elementwise, fused kernel, recompute)."""
+    monkeypatch.setattr(kernel.linear, "RECOMPUTE_IN_BACKWARD", mode == "recompute")
+    monkeypatch.setattr(kernel.linear, "FUSED_SAVED_BACKWARD", mode == "fused_bwd")
     dtype = torch.bfloat16
     x = leaf(rand((m, 3072), dtype, seed=1))
     w = leaf(weight(2 * 24576, 3072, dtype, 2))
@@ -616,6 +801,47 @@ def test_cuda_mlp_gemma_shape(kernel, tg, monkeypatch, m, recompute):
     ref = F.linear(ref_geglu(r[0], r[1][:24576], r[1][24576:], None, None, "tanh"), r[2]) + res.double()
     assert_close(y, ref, dtype, "forward")
     check_grads(got, grads_of(ref, dy.double(), r), dtype, ["x", "w", "w_down"])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [1, 64])  # M == 1: PyTorch's non-Lt fallback; M > 1: the cuBLASLt epilogue
+def test_cuda_addmm_activation_is_tanh(m, dtype, monkeypatch):
+    """The claim the router rests on: on CUDA torch._addmm_activation(use_gelu=True) is
+    the tanh GELU. float32 without TF32 separates tanh from erf (up to ~5e-4 apart);
+    in half precision rounding hides the difference, so there it is only checked close."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    x = rand((m, 256), dtype, seed=1) * 2
+    w, b = weight(512, 256, dtype, 2), rand((512,), dtype, seed=3)
+    y = torch._addmm_activation(b, x, w.t(), use_gelu=True)
+    pre = F.linear(x.double(), w.double(), b.double())
+    assert y.dtype == dtype
+    assert_close(y, F.gelu(pre, approximate="tanh"), dtype, "addmm_activation vs tanh GELU")
+    if dtype == torch.float32:
+        tanh_err = (y.double() - F.gelu(pre, approximate="tanh")).abs().max().item()
+        erf_err = (y.double() - F.gelu(pre)).abs().max().item()
+        assert tanh_err < 1e-4 < erf_err, (tanh_err, erf_err)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("m", [1, 16, 4096])
+def test_cuda_mlp_down_bias_and_residual(kernel, tg, m, dtype):
+    """geglu_mlp's down projection on cuBLAS with bias and residual (addmm(bias) + an
+    in-place residual add), output dtype = input dtype, all grads."""
+    x = leaf(rand((m, 768), dtype, seed=1))
+    wg, wu, wd = leaf(weight(3072, 768, dtype, 2)), leaf(weight(3072, 768, dtype, 3)), leaf(weight(768, 3072, dtype, 4))
+    bg, bd = leaf(rand((3072,), dtype, seed=5)), leaf(rand((768,), dtype, seed=6))
+    res = leaf(rand((m, 768), dtype, seed=7))
+    y = kernel.geglu_mlp(x, wg, wu, wd, biases=(bg, None, bd), residual=res)
+    assert y.dtype == dtype
+    dy = rand((m, 768), dtype, seed=8)
+    inputs = [x, wg, wu, wd, bg, bd, res]
+    got = grads_of(y, dy, inputs)
+    r = [ref64(t) for t in inputs]
+    ref = F.linear(ref_geglu(r[0], r[1], r[2], r[4], None, "tanh"), r[3], r[5]) + r[6]
+    assert_close(y, ref, dtype, "forward")
+    check_grads(got, grads_of(ref, dy.double(), r), dtype, ["x", "w_gate", "w_up", "w_down", "b_gate", "b_down", "residual"])
 
 
 @pytest.mark.cuda

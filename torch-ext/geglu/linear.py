@@ -20,35 +20,77 @@ All functions are differentiable (x, weights, biases, residual) and are
 torch.library custom ops with fake (meta) implementations, so torch.compile traces
 them without graph breaks.
 
+Who computes what: this package uses cuBLAS/cuBLASLt where cuBLAS is faster and its
+own Triton kernels where fusing wins. One function, `_gemm_backend`, decides (below,
+"Dispatch"); measured on an H100, bf16, microseconds, ours (Triton, launch table tuned
+on that GPU) vs one cuBLAS GEMM of the same shape (benchmarks/results/tune_gemm_h100.log):
+- linear_bias, and geglu_mlp's down projection (bias and/or residual epilogue) run on
+  cuBLAS: torch.addmm(bias, x, w.T) (cuBLASLt bias epilogue), the residual as addmm's
+  beta=1 input when there is no bias, else added in place after addmm(bias). Triton
+  had nothing to fuse there and lost: 8192x768x3072 121 vs 59, 8192x4096x1024 139 vs
+  114, 8192x6400x1600 277 vs 232, decode 16x3072x24576 243 vs 70, 256x4096x1024 165 vs 11.
+- linear_bias_gelu, approximate="tanh" with a bias, on CUDA: cuBLASLt's bias+GELU
+  epilogue, torch._addmm_activation(bias, x, w.T, use_gelu=True), which is the tanh
+  GELU (PyTorch's Blas.cpp applies gelu(approximate="tanh") itself on the shapes where
+  it cannot use the epilogue). Not on CPU: there _addmm_activation applies the exact
+  erf GELU. Exact GELU (or no bias): up to CUBLAS_GELU_MAX_TOKENS (256) tokens cuBLAS +
+  torch's elementwise GELU (the Triton kernel was 2.8-15x slower at 16-256 tokens);
+  above, the Triton GELU-epilogue kernel (roughly even with cuBLAS + a GELU pass at
+  the BERT/GPT-2 shapes: benchmarks/compare_mlp.py measures both). Its backward GEMM
+  follows the same token threshold (cuBLAS recompute + torch's gelu_backward below).
+- geglu_linear and geglu_mlp's gate/up GEMM stay on Triton: one two-accumulator
+  kernel beats cuBLAS GEMM + activation kernel (8192x3072x768: 154 vs 117 + ~56;
+  4096x24576x3072: 1849 vs 1680 + the activation pass; decode 16x24576x3072: 117 vs 122).
+- geglu_mlp's training backward through w_down runs grad @ w_down on cuBLAS and the
+  GeGLU backward as the package's elementwise kernel (below); the fused Triton
+  kernel with the GeGLU backward in its epilogue lost badly (8192x3072x768: 358 vs
+  63 for the GEMM alone; 4096x24576x3072: 1977 vs 803) and stays available behind
+  FUSED_SAVED_BACKWARD = True.
+The transposed products of every backward (dX = dY @ W, dW = dY.T @ X) run on cuBLAS.
+
 Devices and precision:
-- CUDA: Triton kernels (`triton_gemm.py`), float16 / bfloat16 / float32, float32
-  accumulation, one rounding of the result. float32 operands go through the tensor
-  cores as TF32 (~1e-3 relative error), like torch with allow_tf32=True.
-- CPU: an eager torch composite of the same math in float32 (so layers work on CPU;
-  no fused kernel, no speed claim). With TRITON_INTERPRET=1 set before the package
-  is imported, float16/float32 CPU tensors run the Triton kernels in Triton's
-  interpreter instead (used by the CPU tests; slow; bfloat16 stays on the composite,
-  as the interpreter computes bfloat16 tl.dot wrongly).
+- CUDA: cuBLAS paths compute in the input dtype with float32 accumulation, exactly as
+  torch's GEMMs (float32 follows torch.backends.cuda.matmul.allow_tf32); the Triton
+  kernels take float16 / bfloat16 / float32 with float32 accumulation and one
+  rounding of the result, float32 operands going through the tensor cores as TF32
+  (~1e-3 relative error).
+- CPU: plain (bias/residual) GEMMs and geglu_mlp's backward run the same torch ops
+  as on CUDA (addmm/matmul + the package's CPU GeGLU kernels); the fused kinds run an
+  eager torch composite of the same math in float32 (so layers work on CPU; no fused
+  kernel, no speed claim). With TRITON_INTERPRET=1 set before the package is imported,
+  float16/float32 CPU tensors run the Triton kernels in Triton's interpreter instead
+  (used by the CPU tests; slow; bfloat16 stays on the composite, as the interpreter
+  computes bfloat16 tl.dot wrongly).
 - Any other device: ValueError.
 
-Backward, memory against recompute (per layer of T tokens and hidden size H; eager
+Backward, memory against time (per layer of T tokens and hidden size H; eager
 autograd keeps x plus gate, gelu(gate), up and h, i.e. 4*T*H elements):
 - geglu_linear / geglu_mlp, when a gradient is needed (grad mode on and an input
   that requires grad), save x and the pre-activations [gate | up] (2*T*H elements,
-  written by the forward kernel as a second output). geglu_mlp's backward is then
-  one fused GEMM, grad @ w_down, whose epilogue applies the GeGLU backward to the
-  saved gate/up and writes d_gate, d_up, h (for w_down's gradient) and the bias
-  sums: no elementwise kernel and no recomputation. geglu_linear's backward runs the
-  elementwise GeGLU backward (activation.geglu_backward) on the saved gate/up.
-- Setting `RECOMPUTE_IN_BACKWARD = True` (module attribute, read per call) trades
-  time for memory instead: only x is saved, and the backward recomputes gate/up with
-  one more GEMM of the forward's gate/up size (the "geglu_linear backward epilogue"
-  kernel writes d_gate, d_up, h and the bias sums). Calls without gradients and the
-  custom ops used directly always take this path.
+  written by the forward kernel as a second output). geglu_mlp's backward then runs
+  grad_h = grad @ w_down on cuBLAS, the elementwise GeGLU backward on the two saved
+  halves (row-strided views of [gate | up], read in place: no copy) giving d_gate and
+  d_up, and the elementwise GeGLU forward on the same halves for h (w_down's
+  gradient needs it). Transient memory: grad_h (T*H) and h (T*H) on top of d_gate/d_up
+  (2*T*H). Time, estimated from the numbers above and ~3 TB/s for the elementwise
+  passes (the GeGLU backward moves 5*T*H elements, h 3*T*H): about 63 + 85 + 50 = 200
+  vs 358 at 8192x3072x768 and 803 + 330 + 200 = 1330 vs 1977 at 4096x24576x3072
+  (benchmarks/compare_mlp.py times the whole training step in each mode). Saving h
+  in the forward as well would skip the h pass for T*H more saved memory; not done,
+  to keep the saved set at 2*T*H. geglu_linear's backward runs the same elementwise
+  GeGLU backward on its saved gate/up.
+- FUSED_SAVED_BACKWARD = True (module attribute, read per call; Triton devices only):
+  geglu_mlp's backward is instead one fused GEMM, grad @ w_down, whose epilogue applies
+  the GeGLU backward to the saved gate/up and writes d_gate, d_up, h and the bias sums:
+  no grad_h round trip, but slower on an H100 (above).
+- RECOMPUTE_IN_BACKWARD = True (module attribute, read per call) trades time for
+  memory instead: only x is saved, and the backward recomputes gate/up with one more
+  two-accumulator GEMM of the forward's gate/up size (the "geglu_linear backward
+  epilogue" kernel writes d_gate, d_up, h and the bias sums). Calls without gradients
+  and the custom ops used directly always take this path.
 - linear_bias_gelu saves x and recomputes the pre-activation in its backward GEMM
-  (the GELU backward epilogue), linear_bias saves x.
-The transposed products (dX = [dG dU] @ [Wg; Wu], dW = [dG dU].T @ X) run on cuBLAS
-through torch.matmul.
+  (the GELU backward epilogue, or cuBLAS + gelu_backward, as in the forward);
+  linear_bias saves x.
 """
 
 import importlib.util
@@ -74,6 +116,18 @@ Tensor = torch.Tensor
 
 RECOMPUTE_IN_BACKWARD = False
 
+# geglu_mlp's backward through w_down: False (default) runs grad @ w_down on cuBLAS and
+# the GeGLU backward as the package's elementwise kernel; True runs the fused Triton
+# kernel (GeGLU backward in the GEMM epilogue), which measured 2.5-5.7x slower on an
+# H100 (see the module docstring). Kept for other GPUs and for the tuner.
+FUSED_SAVED_BACKWARD = False
+
+# Up to this many tokens (the launch table's m16/m64/m256 buckets) a single-weight
+# GEMM with a GELU epilogue runs as cuBLAS + an elementwise GELU: the GEMM is bound
+# by reading the weight, the Triton kernel measured 2.8-15x slower than cuBLAS there,
+# and the extra pass over [M, N] is a few microseconds.
+CUBLAS_GELU_MAX_TOKENS = 256
+
 _GELU_FOR = {"tanh": "gelu_tanh", "none": "gelu"}
 _DEVICE_TYPES = ("cuda", "cpu", "meta")
 
@@ -81,14 +135,68 @@ _DEVICE_TYPES = ("cuda", "cpu", "meta")
 # --------------------------------------------------------------------------- dispatch
 
 
-def _runs_triton(t: Tensor) -> bool:
-    """Triton on CUDA tensors, and on float16/float32 CPU tensors under the Triton
-    interpreter (whose bfloat16 tl.dot is wrong in triton 3.9: bfloat16 stays eager)."""
-    if t.device.type == "cuda":
-        if triton_gemm is None:
-            raise RuntimeError("geglu: the fused GEMMs need the `triton` package on CUDA, which is not installed")
+def _triton_runs(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether the Triton kernels can run on tensors like these: CUDA (when triton is
+    installed), and float16/float32 CPU tensors under the Triton interpreter (whose
+    bfloat16 tl.dot is wrong in triton 3.9: bfloat16 stays eager)."""
+    if triton_gemm is None:
+        return False
+    if device_type == "cuda":
         return True
-    return t.device.type == "cpu" and t.dtype != torch.bfloat16 and triton_gemm is not None and triton_gemm.INTERPRET
+    return device_type == "cpu" and dtype != torch.bfloat16 and triton_gemm.INTERPRET
+
+
+def _gemm_backend(
+    kind: str, device_type: str, dtype: torch.dtype, m: int, activation: str = "none", has_bias: bool = False
+) -> str:
+    """THE routing decision of this module: who computes a GEMM of `m` tokens.
+
+    kind: "linear" (one weight; activation "none" | "gelu" | "gelu_tanh"),
+    "linear_gelu_grad" (linear_bias_gelu's backward GEMM), "geglu" (the
+    two-accumulator gate/up GEMM), "geglu_saved_grad" (geglu_mlp's backward through
+    w_down). Returns
+      "cublas": torch.addmm / torch.matmul / torch._addmm_activation (cuBLAS/cuBLASLt on
+                CUDA, the same torch ops on CPU), plus an elementwise pass where needed;
+      "triton": this package's fused Triton kernels;
+      "eager":  the float32 torch composite (CPU without the Triton interpreter).
+    Why (H100, bf16, microseconds, ours vs cuBLAS; module docstring): see each branch."""
+    triton_ok = _triton_runs(device_type, dtype)
+    if kind == "linear":
+        if activation == "none":
+            # Bias/residual only: nothing for a custom kernel to fuse that cuBLASLt's bias
+            # epilogue / addmm's beta*C input do not, and cuBLAS is faster (8192x768x3072:
+            # Triton 121 vs 59; decode 16x3072x24576: 243 vs 70).
+            return "cublas"
+        if device_type == "cuda":
+            if activation == "gelu_tanh" and has_bias:
+                return "cublas"  # cuBLASLt's bias+GELU epilogue is the tanh form (BERT 8192x4096x1024: 139 vs 114)
+            if m <= CUBLAS_GELU_MAX_TOKENS or not triton_ok:
+                return "cublas"  # GEMM + elementwise GELU; the Triton kernel is 2.8-15x slower here
+        return "triton" if triton_ok else "eager"
+    if kind == "linear_gelu_grad":
+        if device_type == "cuda" and (m <= CUBLAS_GELU_MAX_TOKENS or not triton_ok):
+            return "cublas"  # recompute the pre-activation with addmm, GELU'(pre) elementwise
+        return "triton" if triton_ok else "eager"
+    if kind == "geglu":
+        # The fused gate/up GEMM beats GEMM + activation kernel (8192x3072x768: 154 vs
+        # 117 + ~56 for the activation pass; decode 16x24576x3072: 117 vs 122).
+        if device_type == "cuda" and not triton_ok:
+            raise RuntimeError("geglu: the fused GeGLU GEMMs need the `triton` package on CUDA, which is not installed")
+        return "triton" if triton_ok else "eager"
+    if kind == "geglu_saved_grad":
+        # Fused backward epilogue 358 vs 63 (8192x3072x768) and 1977 vs 803
+        # (4096x24576x3072) for the GEMM alone: cuBLAS + elementwise backward wins.
+        return "triton" if FUSED_SAVED_BACKWARD and triton_ok else "cublas"
+    raise ValueError(f"kind must be one of 'linear', 'linear_gelu_grad', 'geglu', 'geglu_saved_grad', got {kind!r}")
+
+
+def _backend_for(kind: str, x: Tensor, *weights: Tensor, activation: str = "none", has_bias: bool = False) -> str:
+    """_gemm_backend for x ([M, K]) and the weights its GEMM reads; empty problems run
+    the eager composite (no kernel launch for nothing; and torch._addmm_activation skips
+    its activation when K == 0)."""
+    if not _nonempty(x, *weights):
+        return "eager"
+    return _gemm_backend(kind, x.device.type, x.dtype, x.shape[0], activation, has_bias)
 
 
 def _nonempty(x: Tensor, *weights: Tensor) -> bool:
@@ -153,6 +261,60 @@ def _eager_geglu_grad_from(grad_h, g, u, approximate: str, want_h: bool, bias_gr
     return dgu.to(dtype), h, (dgu.sum(0) if bias_grad else None)
 
 
+# --------------------------------------------------------------------------- cuBLAS (torch GEMMs)
+# Results in x's dtype, float32 accumulation, as torch's own GEMMs (on CUDA they follow
+# torch.backends.cuda.matmul: allow_tf32 for float32, the reduced-precision-reduction
+# flags for float16/bfloat16).
+
+
+def _cublas_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Optional[Tensor], activation: str) -> Tensor:
+    """activation(x @ weight.T + bias) + residual with torch's GEMMs (x: [M, K])."""
+    wt = weight.t()
+    if activation == "gelu_tanh" and bias is not None and x.device.type == "cuda":
+        # cuBLASLt's GELU_BIAS epilogue, which is the tanh form (PyTorch's Blas.cpp applies
+        # gelu(approximate="tanh") itself where it cannot use the epilogue, e.g. M == 1).
+        # CUDA only: the CPU _addmm_activation applies exact (erf) GELU.
+        y = torch._addmm_activation(bias, x, wt, use_gelu=True)
+    elif bias is None and residual is not None and activation == "none":
+        # The residual as addmm's beta=1 input: one op (Blas.cpp copies it into the
+        # result, then the GEMM accumulates onto it).
+        return torch.addmm(residual, x, wt)
+    else:
+        # A 1-d bias goes through cuBLASLt's bias epilogue (free).
+        y = x @ wt if bias is None else torch.addmm(bias, x, wt)
+        if activation != "none":
+            y = F.gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
+    if residual is not None:
+        # Bias and residual: addmm(bias) + one in-place pass (reads y and residual,
+        # writes y) moves less memory than addmm(residual) + add_(bias), since addmm
+        # first copies a 2-d input into its result (Blas.cpp, non-Lt path).
+        y.add_(residual)
+    return y
+
+
+def _cublas_linear_gelu_grad(grad: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor], approximate: str, bias_grad: bool):
+    """(grad * gelu'(x @ weight.T + bias), float32 column sums or None): the pre-activation
+    recomputed by one cuBLAS GEMM, then torch's fused gelu_backward kernel."""
+    pre = x @ weight.t() if bias is None else torch.addmm(bias, x, weight.t())
+    dpre = torch.ops.aten.gelu_backward(grad, pre, approximate=approximate)
+    return dpre, (dpre.sum(0, dtype=torch.float32) if bias_grad else None)
+
+
+def _cublas_geglu_saved_grad(grad: Tensor, pre: Tensor, w_down: Tensor, approximate: str, want_h: bool, bias_grad: bool):
+    """geglu_mlp's backward through w_down from the saved pre = [gate | up]:
+    grad_h = grad @ w_down on cuBLAS, then the package's elementwise GeGLU backward
+    (native CUDA/CPU op where the loaded variant has it, Triton otherwise). Returns
+    (d_gate, d_up, h = gelu(gate) * up or None, float32 [2*hidden] bias sums or None)."""
+    hidden = w_down.shape[1]
+    gate, up = pre[:, :hidden], pre[:, hidden:]  # row-strided views, read in place by the kernels
+    d_gate, d_up = _geglu_backward_elementwise(grad @ w_down, gate, up, approximate)
+    h = _geglu_elementwise(gate, up, approximate) if want_h else None
+    dbias32 = None
+    if bias_grad:
+        dbias32 = torch.cat([d_gate.sum(0, dtype=torch.float32), d_up.sum(0, dtype=torch.float32)])
+    return d_gate, d_up, h, dbias32
+
+
 # --------------------------------------------------------------------------- custom ops
 # All ops take x as [M, K]; the public functions flatten leading dimensions. Outputs
 # computed only on request come back as empty tensors otherwise (ops return tensors).
@@ -178,7 +340,14 @@ def _linear_epilogue_impl(
     x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Optional[Tensor], activation: str
 ) -> Tensor:
     """activation(x @ weight.T + bias) + residual; activation: "none" | "gelu" | "gelu_tanh"."""
-    if _runs_triton(x) and _nonempty(x, weight):
+    return _linear(x, weight, bias, residual, activation)
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: Optional[Tensor], activation: str) -> Tensor:
+    backend = _backend_for("linear", x, weight, activation=activation, has_bias=bias is not None)
+    if backend == "cublas":
+        return _cublas_linear(x, weight, bias, residual, activation)
+    if backend == "triton":
         return triton_gemm.linear_forward(x, weight, bias, residual, activation)
     return _eager_linear(x, weight, bias, residual, activation)
 
@@ -191,7 +360,10 @@ def _linear_gelu_grad_impl(
     grad: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor], approximate: str, bias_grad: bool
 ) -> Tuple[Tensor, Tensor]:
     """(grad * gelu'(x @ weight.T + bias), float32 column sums of it if bias_grad else empty)."""
-    if _runs_triton(x) and _nonempty(x, weight):
+    backend = _backend_for("linear_gelu_grad", x, weight)
+    if backend == "cublas":
+        dpre, dbias = _cublas_linear_gelu_grad(grad, x, weight, bias, approximate, bias_grad)
+    elif backend == "triton":
         dpre, dbias = triton_gemm.linear_gelu_backward(grad, x, weight, bias, approximate, bias_grad)
     else:
         dpre, dbias = _eager_linear_gelu_grad(grad, x, weight, bias, approximate, bias_grad)
@@ -213,7 +385,7 @@ def _geglu_linear_impl(
 ) -> Tensor:
     """gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up); w_up None: merged weight."""
     wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
-    if _runs_triton(x) and _nonempty(x, wg):
+    if _backend_for("geglu", x, wg) == "triton":
         return triton_gemm.geglu_forward(x, wg, wu, bg, bu, approximate)
     return _eager_geglu(x, wg, wu, bg, bu, approximate)[0]
 
@@ -233,7 +405,7 @@ def _geglu_linear_train_impl(
     """(h, pre): geglu_linear that also returns the pre-activations [gate | up]
     ([M, 2*hidden]) it saves for backward, written by the same kernel."""
     wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
-    if _runs_triton(x) and _nonempty(x, wg):
+    if _backend_for("geglu", x, wg) == "triton":
         pre = x.new_empty((x.shape[0], 2 * wg.shape[0]))
         return triton_gemm.geglu_forward(x, wg, wu, bg, bu, approximate, pre=pre), pre
     return _eager_geglu(x, wg, wu, bg, bu, approximate, want_pre=True)
@@ -258,7 +430,7 @@ def _geglu_linear_grad_impl(
     """Recomputes gate/up from x: (d_gate_up [M, 2*hidden] (gate columns first),
     h = gelu(gate) * up if want_h else empty, float32 [2*hidden] bias grads if bias_grad else empty)."""
     wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
-    if _runs_triton(x) and _nonempty(x, wg):
+    if _backend_for("geglu", x, wg) == "triton":  # the two-accumulator kernel, backward epilogue
         dgu, h, dbias = triton_gemm.geglu_backward(grad_h, x, wg, wu, bg, bu, approximate, want_h, bias_grad)
     else:
         g, u = _eager_gate_up(x, wg, wu, bg, bu)
@@ -291,12 +463,8 @@ def _geglu_mlp_impl(
 ) -> Tensor:
     """geglu_linear(x, ...) @ w_down.T + b_down + residual: two fused GEMMs; the
     [M, hidden] intermediate is a temporary."""
-    wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
-    if _runs_triton(x) and _nonempty(x, wg, w_down):
-        h = triton_gemm.geglu_forward(x, wg, wu, bg, bu, approximate)
-        return triton_gemm.linear_forward(h, w_down, b_down, residual, "none")
-    h = _eager_geglu(x, wg, wu, bg, bu, approximate)[0]
-    return _eager_linear(h, w_down, b_down, residual, "none")
+    h = _geglu_linear_impl(x, w_gate, w_up, b_gate, b_up, approximate)
+    return _linear(h, w_down, b_down, residual, "none")
 
 
 def _geglu_mlp_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
@@ -316,9 +484,7 @@ def _geglu_mlp_train_impl(
 ) -> Tuple[Tensor, Tensor]:
     """geglu_mlp that also returns the pre-activations [gate | up] it saves for backward."""
     h, pre = _geglu_linear_train_impl(x, w_gate, w_up, b_gate, b_up, approximate)
-    if _runs_triton(x) and _nonempty(h, w_down):
-        return triton_gemm.linear_forward(h, w_down, b_down, residual, "none"), pre
-    return _eager_linear(h, w_down, b_down, residual, "none"), pre
+    return _linear(h, w_down, b_down, residual, "none"), pre
 
 
 def _geglu_mlp_train_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
@@ -328,10 +494,11 @@ def _geglu_mlp_train_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residua
 def _geglu_mlp_grad_impl(
     grad: Tensor, pre: Tensor, w_down: Tensor, approximate: str, want_h: bool, bias_grad: bool
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    """geglu_mlp backward through w_down in one GEMM: grad_h = grad @ w_down with the
-    GeGLU backward applied to the saved pre = [gate | up] in the epilogue. Returns
+    """geglu_mlp backward through w_down in one GEMM (FUSED_SAVED_BACKWARD): grad_h =
+    grad @ w_down with the GeGLU backward applied to the saved pre = [gate | up] in the
+    epilogue. Returns
     (d_gate_up, h if want_h else empty, float32 bias sums if bias_grad else empty)."""
-    if _runs_triton(grad) and _nonempty(grad, w_down.t()):
+    if _triton_runs(grad.device.type, grad.dtype) and _nonempty(grad, w_down.t()):
         dgu, h, dbias = triton_gemm.geglu_saved_backward(grad, pre, w_down, approximate, want_h, bias_grad)
     else:
         hidden = w_down.shape[1]
@@ -477,16 +644,23 @@ def _geglu_mlp_train_setup(ctx, inputs, output):
 
 
 def _geglu_mlp_train_backward(ctx, grad, _grad_pre):
-    """Saved gate/up: one fused GEMM (grad @ w_down, GeGLU backward in its epilogue)
-    gives d_gate_up and h."""
+    """Saved gate/up: grad_h = grad @ w_down on cuBLAS, then the elementwise GeGLU
+    backward gives d_gate, d_up (and the elementwise forward h, for w_down's grad); with
+    FUSED_SAVED_BACKWARD one fused GEMM gives d_gate_up and h."""
     x, w_gate, w_up, w_down, b_gate, b_up, pre = ctx.saved_tensors
     need_x, need_wg, need_wu, need_wd, need_bg, need_bu, need_bd, need_res, _ = ctx.needs_input_grad
     need_gate_up = (need_x, need_wg, need_wu, need_bg, need_bu)
     dx = dwg = dwu = dwd = dbg = dbu = None
     if any(need_gate_up):
-        dgu, h, dbias32 = _geglu_mlp_grad(grad, pre, w_down, ctx.approximate, need_wd, need_bg or need_bu)
+        bias_grad = need_bg or need_bu
+        if _backend_for("geglu_saved_grad", grad, w_down.t()) == "cublas":
+            d_gate, d_up, h, dbias32 = _cublas_geglu_saved_grad(grad, pre, w_down, ctx.approximate, need_wd, bias_grad)
+            dgu = None
+        else:  # the fused kernel (FUSED_SAVED_BACKWARD), or the eager composite for empty inputs
+            dgu, h, dbias32 = _geglu_mlp_grad(grad, pre, w_down, ctx.approximate, need_wd, bias_grad)
+            d_gate, d_up = _split_dgu(dgu)
         dx, dwg, dwu, dbg, dbu = _gate_up_input_grads(
-            *_split_dgu(dgu), dgu, dbias32, x, w_gate, w_up, b_gate, b_up, need_gate_up
+            d_gate, d_up, dgu, dbias32, x, w_gate, w_up, b_gate, b_up, need_gate_up
         )
     elif need_wd:  # only the down projection trains: h from the saved gate/up
         h = _geglu_elementwise(*_split_dgu(pre), ctx.approximate)
