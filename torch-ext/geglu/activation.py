@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _checks, triton_activation
+from ._fastpath import direct_call_ok
 from ._ops import add_op_namespace_prefix, ops
 
 # --------------------------------------------------------------------------- dispatch
@@ -389,6 +390,8 @@ def geglu(gate: Tensor, up: Tensor, approximate: str = "tanh") -> Tensor:
     if backend == "native":
         return ops.geglu(gate, up, approximate)
     if backend == "triton":
+        if direct_call_ok(gate, up):
+            return _geglu_triton(gate, up, approximate)
         return ops.geglu_triton(gate, up, approximate)
     return _eager_geglu(gate, up, approximate)
 
@@ -407,6 +410,8 @@ def geglu_backward(
     backend = _backend(gate)
     if backend == "native":
         grad_gate, grad_up = ops.geglu_backward(grad_out, gate, up, approximate)
+    elif backend == "triton" and direct_call_ok(grad_out, gate, up):
+        grad_gate, grad_up = _geglu_backward_triton(grad_out, gate, up, approximate)
     elif backend == "triton":
         grad_gate, grad_up = ops.geglu_backward_triton(grad_out, gate, up, approximate)
     else:
@@ -423,6 +428,8 @@ def geglu_merged(x: Tensor, approximate: str = "tanh") -> Tensor:
     if backend == "native":
         return _GegluMergedNative.apply(x, approximate)
     if backend == "triton":
+        if direct_call_ok(x):
+            return _geglu_merged_triton(x, approximate)
         return ops.geglu_merged_triton(x, approximate)
     gate, up = _halves(x)
     return _eager_geglu(gate, up, approximate)

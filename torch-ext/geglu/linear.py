@@ -100,6 +100,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_approximate, check_same_device, check_same_dtype, check_shape, check_tensor
+from ._fastpath import direct_call_ok
 from ._ops import add_op_namespace_prefix, ops
 from .activation import _eager_gelu_and_grad
 from .activation import geglu as _geglu_elementwise
@@ -777,7 +778,8 @@ def linear_bias(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
     _check_x(x)
     _check_weight("weight", weight, x, x.shape[-1])
     _check_vector("bias", bias, x, weight.shape[0])
-    y = _linear_epilogue(_rows(x), weight, bias, None, "none")
+    args = (_rows(x), weight, bias, None, "none")
+    y = _linear_epilogue_impl(*args) if direct_call_ok(x, weight, bias) else _linear_epilogue(*args)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -790,7 +792,8 @@ def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, a
     _check_weight("weight", weight, x, x.shape[-1])
     _check_vector("bias", bias, x, weight.shape[0])
     check_approximate("approximate", approximate)
-    y = _linear_epilogue(_rows(x), weight, bias, None, _GELU_FOR[approximate])
+    args = (_rows(x), weight, bias, None, _GELU_FOR[approximate])
+    y = _linear_epilogue_impl(*args) if direct_call_ok(x, weight, bias) else _linear_epilogue(*args)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -812,10 +815,13 @@ def geglu_linear(
     _check_x(x)
     hidden = _check_gate_up(x, w_gate, w_up, b_gate, b_up)
     check_approximate("approximate", approximate)
+    args = (_rows(x), w_gate, w_up, b_gate, b_up, approximate)
     if _saving_for_backward(x, w_gate, w_up, b_gate, b_up):
-        h, _ = _geglu_linear_train(_rows(x), w_gate, w_up, b_gate, b_up, approximate)
+        h, _ = _geglu_linear_train(*args)
+    elif direct_call_ok(x, w_gate, w_up, b_gate, b_up):
+        h = _geglu_linear_impl(*args)
     else:
-        h = _geglu_linear(_rows(x), w_gate, w_up, b_gate, b_up, approximate)
+        h = _geglu_linear(*args)
     return h.reshape(*x.shape[:-1], hidden)
 
 
@@ -853,6 +859,8 @@ def geglu_mlp(
     args = (_rows(x), w_gate, w_up, w_down, b_gate, b_up, b_down, res, approximate)
     if _saving_for_backward(x, w_gate, w_up, w_down, b_gate, b_up):
         y, _ = _geglu_mlp_train(*args)
+    elif direct_call_ok(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
+        y = _geglu_mlp_impl(*args)
     else:
         y = _geglu_mlp(*args)
     return y.reshape(out_shape)
