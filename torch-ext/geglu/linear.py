@@ -33,10 +33,10 @@ on that GPU) vs one cuBLAS GEMM of the same shape (benchmarks/results/tune_gemm_
   epilogue, torch._addmm_activation(bias, x, w.T, use_gelu=True), which is the tanh
   GELU (PyTorch's Blas.cpp applies gelu(approximate="tanh") itself on the shapes where
   it cannot use the epilogue). Not on CPU: there _addmm_activation applies the exact
-  erf GELU. Exact GELU (or no bias): up to CUBLAS_GELU_MAX_TOKENS (256) tokens cuBLAS +
-  torch's elementwise GELU (the Triton kernel was 2.8-15x slower at 16-256 tokens);
-  above, the Triton GELU-epilogue kernel (roughly even with cuBLAS + a GELU pass at
-  the BERT/GPT-2 shapes: benchmarks/compare_mlp.py measures both). Its backward GEMM
+  erf GELU. Exact GELU (or no bias): cuBLAS + torch's elementwise GELU up to
+  CUBLAS_GELU_MAX_TOKENS tokens, which is set past any real size because the Triton
+  GELU-epilogue kernel measured slower at every size (2.8-15x at 16-256 tokens, 1.3x
+  at the BERT/GPT-2 shapes); above it, the Triton kernel. Its backward GEMM
   follows the same token threshold (cuBLAS recompute + torch's gelu_backward below).
 - geglu_linear and geglu_mlp's gate/up GEMM stay on Triton: one two-accumulator
   kernel beats cuBLAS GEMM + activation kernel (8192x3072x768: 154 vs 117 + ~56;
@@ -127,7 +127,11 @@ FUSED_SAVED_BACKWARD = False
 # GEMM with a GELU epilogue runs as cuBLAS + an elementwise GELU: the GEMM is bound
 # by reading the weight, the Triton kernel measured 2.8-15x slower than cuBLAS there,
 # and the extra pass over [M, N] is a few microseconds.
-CUBLAS_GELU_MAX_TOKENS = 256
+# Measured on an H100 at 8192 tokens too (benchmarks/results/mlp_h100.json): exact GELU
+# at BERT-large 1024->4096, Triton GELU epilogue 202 us vs cuBLAS + GELU pass 154 us;
+# GPT-2-XL 1600->6400, 388 vs 342. So no token count is routed to the Triton kernel;
+# lower this to bring it back where a retune makes it win.
+CUBLAS_GELU_MAX_TOKENS = 2**31
 
 _GELU_FOR = {"tanh": "gelu_tanh", "none": "gelu"}
 _DEVICE_TYPES = ("cuda", "cpu", "meta")
