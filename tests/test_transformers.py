@@ -286,9 +286,9 @@ def excerpt(name: str) -> str:
 
 @pytest.mark.parametrize("name", ["recipe", "transformers-switch"])
 def test_docs_show_the_tested_code(name):
-    """Every "Use with Transformers" section (README.md, docs/TRANSFORMERS.md) quotes
+    """The README's "Use with Transformers" section quotes
     example.py verbatim."""
-    docs = [REPO / "README.md", REPO / "docs" / "TRANSFORMERS.md"]
+    docs = [REPO / "README.md"]
     sections = [p for p in docs if p.is_file() and "## Use with Transformers" in p.read_text()]
     assert sections, "no document has a 'Use with Transformers' section"
     for path in sections:
