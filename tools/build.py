@@ -351,7 +351,7 @@ def copy_python_package(cfg: BuildConfig, dest: Path) -> list[str]:
     return copied
 
 
-def write_metadata(cfg: BuildConfig, dest: Path, ops_name: str, backend: dict, uid: str) -> None:
+def write_metadata(cfg: BuildConfig, dest: Path, ops_name: str, backend: dict) -> None:
     from kernels_data import Digest, DigestAlgorithm, Metadata
 
     digest = Digest.hash_variant(DigestAlgorithm.SHA256, dest)
@@ -388,7 +388,7 @@ def verify_digest(dest: Path) -> None:
 
 
 def assemble(
-    cfg: BuildConfig, dest: Path, ops_name: str, so: Path | None, backend: dict, uid: str
+    cfg: BuildConfig, dest: Path, ops_name: str, so: Path | None, backend: dict
 ) -> None:
     if dest.exists():
         shutil.rmtree(dest)
@@ -402,7 +402,7 @@ def assemble(
     compat = dest / cfg.python_name
     compat.mkdir()
     (compat / "__init__.py").write_text(COMPAT_INIT)
-    write_metadata(cfg, dest, ops_name, backend, uid)
+    write_metadata(cfg, dest, ops_name, backend)
 
 
 # --------------------------------------------------------------------------- load check
@@ -488,7 +488,7 @@ def build_arch_variant(
     backend_meta: dict = {"type": kernel.backend}
     if kernel.backend == "cuda":
         backend_meta["archs"] = sorted(capabilities)
-    assemble(cfg, out_root / variant, ops_name, so, backend_meta, uid)
+    assemble(cfg, out_root / variant, ops_name, so, backend_meta)
     verify_digest(out_root / variant)
     return variant
 
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_noarch and "cuda" in cfg.backends:
         noarch_ops = f"_{cfg.python_name}_triton_{uid}"
-        assemble(cfg, out_root / NOARCH_VARIANT, noarch_ops, None, {"type": "cuda"}, uid)
+        assemble(cfg, out_root / NOARCH_VARIANT, noarch_ops, None, {"type": "cuda"})
         verify_digest(out_root / NOARCH_VARIANT)
         built.append(NOARCH_VARIANT)
     log("  digests verified with kernels-data")
