@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Build (not run) the torch213-cxx11-cu130-x86_64-linux variant on a machine without a
+# GPU: a second virtual environment with PyPI's CUDA 13.0 build of torch 2.13.0 (about
+# 4 GB with its NVIDIA libraries), then tools/build.py compiles, ABI-checks and
+# assembles the CUDA variant into build-cu130/. Importing the variant needs a GPU, so
+# the load check is skipped; the digest and kernel-abi-check still run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+# cpp_extension derives CUDA_HOME from the first nvcc on PATH; on these machines that is
+# /usr/local/bin/nvcc, whose prefix has no CUDA headers.
+if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDA_HOME=/usr/local/cuda
+fi
+VENV=.venv-cu130
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+# --isolated: this machine's pip configuration prefers a local CPU wheel of torch 2.13.0.
+"$VENV/bin/python" -m pip --isolated install -q --disable-pip-version-check \
+  torch==2.13.0 ninja==1.13.0 numpy kernels==0.17.2 kernels-data==0.16.2 kernel-abi-check==0.14.1 \
+  || { echo "build_cuda_variant: could not install torch 2.13.0 (CUDA) from PyPI" >&2; exit 1; }
+"$VENV/bin/python" -c "import torch; assert torch.version.cuda, torch.__version__; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+"$VENV/bin/python" -m tools.build --backend cuda --no-noarch --skip-load-check --out build-cu130 --work .cache/build-cu130
+test -f build-cu130/torch213-cxx11-cu130-x86_64-linux/metadata.json
