@@ -21,19 +21,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import poisoned_like
+from conftest import STORAGE_TOLERANCE, poisoned_like
 
 pytestmark = pytest.mark.cuda
 
 APPROXIMATE = ["none", "tanh"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-# Math is float32, so the error is the storage dtype's rounding of the result (half
-# an ulp) plus a few float32 ulp.
-TOLERANCE = {
-    torch.float32: dict(rtol=2e-5, atol=2e-5),
-    torch.bfloat16: dict(rtol=1.6e-2, atol=1e-3),
-    torch.float16: dict(rtol=2e-3, atol=1e-4),
-}
+TOLERANCE = STORAGE_TOLERANCE
 PACK = {torch.float32: 4, torch.bfloat16: 8, torch.float16: 8}  # elements per 16 bytes
 
 

@@ -19,17 +19,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import REPO, REPO_ID, poisoned_like
+from conftest import REPO, REPO_ID, STORAGE_TOLERANCE, poisoned_like
 
 APPROXIMATE = ["none", "tanh"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-# float32 math everywhere, so the error is the storage dtype's rounding of the result
-# (half an ulp) plus a little float32 arithmetic.
-TOLERANCE = {
-    torch.float32: dict(rtol=2e-5, atol=2e-5),
-    torch.bfloat16: dict(rtol=1.6e-2, atol=1e-3),
-    torch.float16: dict(rtol=2e-3, atol=1e-4),
-}
+TOLERANCE = STORAGE_TOLERANCE
 # [..., width]: one element; widths below, between and above every vector length
 # (a vector step is 16 or 32 elements, depending on the ISA); one wide row; 3-D; enough
 # rows to be split across threads; rows wide enough to be split into segments.
