@@ -131,6 +131,18 @@ if HAS_TRITON:
             grad = cdf + g * tl.exp(-0.5 * g * g) * _INV_SQRT_2PI
         return act, grad
 
+    @triton.jit
+    def _tile(n_rows, n_cols, n_col_blocks, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """This program's [BLOCK_M, BLOCK_N] tile: int64 row indices (offsets past 2**31),
+        column indices as a [1, BLOCK_N] row, and the in-bounds mask."""
+        pid = tl.program_id(0)
+        row_block = pid // n_col_blocks
+        col_block = pid - row_block * n_col_blocks
+        rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+        return rows.to(tl.int64), cols[None, :], mask
+
     @triton.jit(do_not_specialize=["n_rows", "n_col_blocks"])
     def _forward_kernel(
         gate_ptr,
@@ -147,14 +159,7 @@ if HAS_TRITON:
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
-        pid = tl.program_id(0)
-        row_block = pid // n_col_blocks
-        col_block = pid - row_block * n_col_blocks
-        rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-        rows = rows.to(tl.int64)
-        cols = cols[None, :]
+        rows, cols, mask = _tile(n_rows, n_cols, n_col_blocks, BLOCK_M, BLOCK_N)
 
         g = tl.load(gate_ptr + (rows * gate_row_stride)[:, None] + cols, mask=mask, other=0.0)
         y = _gelu(g.to(tl.float32), APPROXIMATE_TANH)
@@ -182,14 +187,7 @@ if HAS_TRITON:
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
-        pid = tl.program_id(0)
-        row_block = pid // n_col_blocks
-        col_block = pid - row_block * n_col_blocks
-        rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-        rows = rows.to(tl.int64)
-        cols = cols[None, :]
+        rows, cols, mask = _tile(n_rows, n_cols, n_col_blocks, BLOCK_M, BLOCK_N)
 
         dy = tl.load(grad_out_ptr + (rows * grad_out_row_stride)[:, None] + cols, mask=mask, other=0.0)
         g = tl.load(gate_ptr + (rows * gate_row_stride)[:, None] + cols, mask=mask, other=0.0)
