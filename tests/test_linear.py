@@ -84,6 +84,18 @@ def check_grads(actual, expected, dtype, names):
             assert_close(a, e, dtype, f"grad {name}")
 
 
+def check_linear_bias_gelu(kernel, x, w, b, dy, approximate, dtype):
+    """linear_bias_gelu's output and its grads of x, weight, bias (b may be None)
+    against float64 autograd of gelu(linear(x, w, b))."""
+    y = kernel.linear_bias_gelu(x, w, b, approximate=approximate)
+    assert y.dtype == dtype
+    got = grads_of(y, dy, [x, w, b])
+    r = [ref64(t) for t in (x, w, b)]
+    ref = F.gelu(F.linear(*r), approximate=approximate)
+    assert_close(y, ref, dtype, "forward")
+    check_grads(got, grads_of(ref, dy.double(), r), dtype, ["x", "weight", "bias"])
+
+
 @pytest.fixture(scope="module")
 def tg(kernel):
     """The Triton GEMM module of the loaded variant."""
@@ -488,13 +500,7 @@ def test_gelu_linear_cublas_route_end_to_end(kernel, monkeypatch):
             w = leaf(weight(24, 40, dtype, 2).cpu())
             b = leaf(rand((24,), dtype, seed=3, device="cpu")) if has_bias else None
             dy = rand((3, 5, 24), dtype, seed=4, device="cpu")
-            y = kernel.linear_bias_gelu(x, w, b, approximate=approximate)
-            assert y.dtype == dtype
-            got = grads_of(y, dy, [x, w, b])
-            r = [ref64(t) for t in (x, w, b)]
-            ref = F.gelu(F.linear(*r), approximate=approximate)
-            assert_close(y, ref, dtype, "forward")
-            check_grads(got, grads_of(ref, dy.double(), r), dtype, ["x", "weight", "bias"])
+            check_linear_bias_gelu(kernel, x, w, b, dy, approximate, dtype)
 
 
 # --------------------------------------------------------------------------- kernels directly
@@ -772,13 +778,7 @@ def test_cuda_grid_linear_bias_gelu(kernel, tg, m, kn, dtype, approximate):
     x = leaf(rand((m, k), dtype, seed=1))
     w, b = leaf(weight(n, k, dtype, 2)), leaf(rand((n,), dtype, seed=3))
     dy = rand((m, n), dtype, seed=4)
-    y = kernel.linear_bias_gelu(x, w, b, approximate=approximate)
-    assert y.dtype == dtype
-    got = grads_of(y, dy, [x, w, b])
-    r = [ref64(t) for t in (x, w, b)]
-    ref = F.gelu(F.linear(*r), approximate=approximate)
-    assert_close(y, ref, dtype, "forward")
-    check_grads(got, grads_of(ref, dy.double(), r), dtype, ["x", "weight", "bias"])
+    check_linear_bias_gelu(kernel, x, w, b, dy, approximate, dtype)
 
 
 @pytest.mark.cuda
