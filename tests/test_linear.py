@@ -131,8 +131,16 @@ def _case_id(case):
     return tag + ("-merged" if rest and rest[0] else "")
 
 
+@pytest.fixture(params=["cublas", "triton"])
+def train_gate_up(request, kernel, monkeypatch):
+    """Both training forwards: cuBLAS gate/up + elementwise GeGLU (the default), and the
+    fused Triton kernel writing h and the pre-activations."""
+    monkeypatch.setattr(kernel.linear, "TRAIN_GATE_UP_ON_CUBLAS", request.param == "cublas")
+    return request.param
+
+
 @pytest.mark.parametrize("case", GEGLU_CASES, ids=_case_id)
-def test_geglu_linear_forward_backward(tg, kernel, case):
+def test_geglu_linear_forward_backward(tg, kernel, case, train_gate_up):
     shape, n, dtype, has_bias, approximate, merged = case
     k = shape[-1]
     x = leaf(rand(shape, dtype, seed=1))
@@ -210,7 +218,7 @@ MLP_CASES = [
 
 
 @pytest.mark.parametrize("case", MLP_CASES, ids=lambda c: f"{c[0]}-{str(c[3])[6:]}-b{c[4]}-res{c[5]}-merged{c[6]}")
-def test_geglu_mlp_forward_backward(kernel, tg, case):
+def test_geglu_mlp_forward_backward(kernel, tg, case, train_gate_up):
     shape, hidden, d_out, dtype, which_bias, has_res, merged = case
     k = shape[-1]
     x = leaf(rand(shape, dtype, seed=1))
@@ -271,7 +279,7 @@ def test_recompute_in_backward_mode(kernel, tg, monkeypatch, merged):
 
 
 def test_geglu_mlp_partial_training(kernel, tg):
-    """Frozen parts get no grad; training only w_down recomputes h by the forward GEMM."""
+    """Frozen parts get no grad; training only w_down uses the h saved by the forward."""
     dtype = torch.float32
     x = rand((9, 40), dtype, seed=1)
     wg, wu, wd = weight(24, 40, dtype, 2), weight(24, 40, dtype, 3), leaf(weight(40, 24, dtype, 4))
@@ -309,7 +317,8 @@ def test_empty_and_meta_inputs(kernel, tg):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_eager_fallback(kernel, monkeypatch, dtype):
     """CPU tensors outside the interpreter run the eager float32 composite (what layers
-    use on CPU): same results and grads, bfloat16 included."""
+    use on CPU; a forward that saves gate/up for backward runs torch's GEMMs and the
+    CPU GeGLU kernel): same results and grads, bfloat16 included."""
     tgm = getattr(kernel.linear, "triton_gemm", None)
     if tgm is not None:
         monkeypatch.setattr(tgm, "INTERPRET", False)
@@ -370,6 +379,13 @@ def test_gemm_backend_decisions(kernel, monkeypatch):
         assert route("linear", "cpu", BF16, 8, act, True) == "eager"
     assert route("geglu", "cpu", BF16, 8) == "eager"
     assert route("geglu", "cpu", F16, 8) == ("triton" if interp else "eager")
+    # a training forward (gate/up saved anyway): cuBLAS GEMMs + elementwise GeGLU, unless
+    # TRAIN_GATE_UP_ON_CUBLAS is off, then the same as "geglu"
+    for dev, dt in (("cuda", BF16), ("cpu", F32), ("cpu", BF16)):
+        assert route("geglu_train", dev, dt, 8192) == "cublas"
+    monkeypatch.setattr(lin, "TRAIN_GATE_UP_ON_CUBLAS", False)
+    for dev, dt, m in (("cuda", BF16, 8192), ("cuda", F16, 1), ("cpu", F16, 8), ("cpu", BF16, 8)):
+        assert route("geglu_train", dev, dt, m) == route("geglu", dev, dt, m)
     # geglu_mlp's backward through w_down: cuBLAS + elementwise unless FUSED_SAVED_BACKWARD
     for dev, dt in (("cuda", BF16), ("cpu", F32), ("cpu", BF16)):
         assert route("geglu_saved_grad", dev, dt, 8192) == "cublas"
@@ -703,14 +719,14 @@ def test_opcheck_ops(kernel, tg, monkeypatch):
     pre = rand((5, 48), dtype, seed=10)
     L = leaf
     cases = [
-        (ops._linear_epilogue, (L(x), L(wg), L(b24), L(dy24), "gelu_tanh")),
-        (ops._linear_gelu_grad, (dy24, x, wg, b24, "none", True)),
-        (ops._geglu_linear, (L(x), L(wm), None, L(b48), None, "none")),
-        (ops._geglu_linear_train, (L(x), L(wg), L(wu), L(b24), None, "tanh")),
-        (ops._geglu_linear_grad, (dy24, x, wg, wu, b24, b24, "tanh", True, True)),
-        (ops._geglu_mlp, (L(x), L(wg), L(wu), L(wd), L(b24), None, L(b40), L(res), "tanh")),
-        (ops._geglu_mlp_train, (L(x), L(wm), None, L(wd), None, None, L(b40), L(res), "none")),
-        (ops._geglu_mlp_grad, (res, pre, wd, "tanh", True, True)),
+        (ops._linear_epilogue.op, (L(x), L(wg), L(b24), L(dy24), "gelu_tanh")),
+        (ops._linear_gelu_grad.op, (dy24, x, wg, b24, "none", True)),
+        (ops._geglu_linear.op, (L(x), L(wm), None, L(b48), None, "none")),
+        (ops._geglu_linear_train.op, (L(x), L(wg), L(wu), L(b24), None, "tanh")),
+        (ops._geglu_linear_grad.op, (dy24, x, wg, wu, b24, b24, "tanh", True, True)),
+        (ops._geglu_mlp.op, (L(x), L(wg), L(wu), L(wd), L(b24), None, L(b40), L(res), "tanh")),
+        (ops._geglu_mlp_train.op, (L(x), L(wm), None, L(wd), None, None, L(b40), L(res), "none")),
+        (ops._geglu_mlp_grad.op, (res, pre, wd, "tanh", True, True)),
     ]
     opcheck(*cases[-1])  # the Triton kernels (interpreted on CPU)
     monkeypatch.setattr(tg, "INTERPRET", False)

@@ -144,3 +144,20 @@ def test_ops_defined_through_a_helper_take_the_schema_torch_infers():
     assert ops["lin"] == 'lin(Tensor x, Tensor? b, float s=1.0, str mode="tanh") -> (Tensor, Tensor)'
     assert ops["scale"] == "scale(Tensor(a0!) out, Tensor x, SymInt n) -> ()"
     assert "not_a_definition" not in ops
+
+
+def test_ops_defined_by_a_class_constructor_take_the_schema_torch_infers():
+    linear = (
+        "import torch\nfrom torch import Tensor\n"
+        "from ._ops import add_op_namespace_prefix, ops\n\n"
+        "class _Op:\n"
+        "    def __init__(self, name, impl, fake=None):\n"
+        "        if not hasattr(ops, name):\n"
+        "            torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=())\n"
+        "        self.op = getattr(ops, name).default\n\n"
+        "def _pair_impl(x: Tensor, n: int) -> tuple[Tensor, Tensor]:\n"
+        "    return x, x\n\n"
+        "_pair = _Op('pair', _pair_impl)\n"
+    )
+    ops = api_of(variant_files(NOARCH, **{"linear.py": linear}))["ops"]
+    assert ops["pair"] == "pair(Tensor x, SymInt n) -> (Tensor, Tensor)"

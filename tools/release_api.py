@@ -13,7 +13,8 @@ what the branch already has. That API is:
   strings in the compiled module (`ops.def("name(...) -> ...")` literals survive
   compilation verbatim), Python custom ops from their `(...) -> ...` schema literals or,
   without one, inferred from the implementation's annotations as `custom_op` infers
-  them (direct calls, decorators, and one level of helper such as `_define(name, impl)`).
+  them (direct calls, decorators, and one level of helper such as `_define(name, impl)`
+  or a class whose `__init__(self, name, impl, ...)` defines the op).
 
 Why statically: it works the same for every variant (any torch, any CUDA, aarch64),
 for the local build and for files downloaded from the Hub, and never executes code
@@ -286,8 +287,8 @@ def _python_ops(pkg: _Package) -> dict[str, str]:
                     names = ()
                 ops[name] = _schema_from_function(name, impl, tuple(n for n in names if isinstance(n, str)))
 
-        def bind(helper: ast.FunctionDef, call: ast.Call) -> dict:
-            params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
+        def bind(helper: ast.FunctionDef, call: ast.Call, skip: int = 0) -> dict:
+            params = [a.arg for a in helper.args.posonlyargs + helper.args.args][skip:]
             defaults = dict(zip(params[len(params) - len(helper.args.defaults):], helper.args.defaults))
             env = {**defaults, **dict(zip(params, call.args))}
             env.update({k.arg: k.value for k in call.keywords if k.arg})
@@ -315,9 +316,13 @@ def _python_ops(pkg: _Package) -> dict[str, str]:
                 helper = parents.get(helper)
             if helper is None:
                 continue
+            callee, skip = helper.name, 0
+            owner = parents.get(helper)
+            if helper.name == "__init__" and isinstance(owner, ast.ClassDef):
+                callee, skip = owner.name, 1  # a class whose constructor defines the op; `self` is not passed
             for site in ast.walk(tree):
-                if isinstance(site, ast.Call) and isinstance(site.func, ast.Name) and site.func.id == helper.name:
-                    record(node, bind(helper, site))
+                if isinstance(site, ast.Call) and isinstance(site.func, ast.Name) and site.func.id == callee:
+                    record(node, bind(helper, site, skip))
     return ops
 
 

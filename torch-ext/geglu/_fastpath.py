@@ -1,23 +1,54 @@
-"""When a Python custom op can be skipped.
+"""When a Python custom op can be skipped, and what runs instead.
 
 A call through a `torch.library.custom_op` costs about 60 us of host time (measured on
 an H100: `ops.geglu_triton` 112 us per call against 52 us for the Triton launcher it
 wraps, benchmarks/results/profile_triton_launch_h100.log), which at decode sizes is
-many times the kernel itself. The op is needed for autograd, for torch.compile and for
-fake/meta tensors; outside those, the public functions call its implementation directly.
+many times the kernel itself, and in a training step is paid by every forward and
+backward op. The op is needed for torch.compile (it traces ops, not Python) and for
+fake/meta tensors and tensor subclasses (the op's fake implementation serves them).
+Outside those, the public functions call the implementation directly (no autograd
+needed), or run the op's own forward/setup_context/backward as a
+`torch.autograd.Function` (autograd needed): the same code, without the dispatcher hops.
 """
 
 import torch
 
+# Tensor subclasses (FakeTensor, DTensor, functional tensors, ...) go through the op.
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
-def direct_call_ok(*tensors) -> bool:
-    """True when no autograd, compile tracing or meta tensor needs the registered op."""
+
+def eager_call_ok(*tensors) -> bool:
+    """True when no compile tracing, meta tensor or tensor subclass needs the registered op."""
     if torch.compiler.is_compiling():
         return False
-    grad = torch.is_grad_enabled()
     for t in tensors:
         if t is None:
             continue
-        if t.device.type == "meta" or (grad and t.requires_grad):
+        if type(t) not in _PLAIN_TYPES or t.device.type == "meta":
             return False
     return True
+
+
+def direct_call_ok(*tensors) -> bool:
+    """True when neither autograd, compile tracing, meta tensors nor subclasses need the op."""
+    if not eager_call_ok(*tensors):
+        return False
+    if torch.is_grad_enabled():
+        return not any(t is not None and t.requires_grad for t in tensors)
+    return True
+
+
+def autograd_function(name: str, forward, setup_context, backward):
+    """`forward`/`setup_context`/`backward` written for `register_autograd` (setup_context
+    takes (ctx, inputs, output); backward returns one grad per input) as the `apply` of
+    an equivalent torch.autograd.Function named `name`."""
+    fn = type(
+        name,
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "setup_context": staticmethod(setup_context),
+            "backward": staticmethod(backward),
+        },
+    )
+    return fn.apply

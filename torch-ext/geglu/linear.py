@@ -100,7 +100,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_approximate, check_same_device, check_same_dtype, check_shape, check_tensor
-from ._fastpath import direct_call_ok
+from ._fastpath import autograd_function, direct_call_ok, eager_call_ok
 from ._ops import add_op_namespace_prefix, ops
 from .activation import _eager_gelu_and_grad
 from .activation import geglu as _geglu_elementwise
@@ -133,6 +133,14 @@ FUSED_SAVED_BACKWARD = False
 # lower this to bring it back where a retune makes it win.
 CUBLAS_GELU_MAX_TOKENS = 2**31
 
+# The training forward (a gradient is needed, so gate/up are saved anyway): True runs
+# gate/up as cuBLAS GEMMs into one [M, 2*hidden] buffer, then the package's elementwise
+# GeGLU kernel on its halves; False runs the fused Triton kernel writing h and the
+# pre-activations. Once gate/up are written out the fusion saves only their re-read,
+# and cuBLAS's GEMM is faster than the two-accumulator kernel (benchmarks/compare_mlp.py
+# times the training step both ways).
+TRAIN_GATE_UP_ON_CUBLAS = True
+
 _GELU_FOR = {"tanh": "gelu_tanh", "none": "gelu"}
 _DEVICE_TYPES = ("cuda", "cpu", "meta")
 
@@ -158,7 +166,8 @@ def _gemm_backend(
 
     kind: "linear" (one weight; activation "none" | "gelu" | "gelu_tanh"),
     "linear_gelu_grad" (linear_bias_gelu's backward GEMM), "geglu" (the
-    two-accumulator gate/up GEMM), "geglu_saved_grad" (geglu_mlp's backward through
+    two-accumulator gate/up GEMM), "geglu_train" (the same when the forward saves
+    gate/up for backward), "geglu_saved_grad" (geglu_mlp's backward through
     w_down). Returns
       "cublas": torch.addmm / torch.matmul / torch._addmm_activation (cuBLAS/cuBLASLt on
                 CUDA, the same torch ops on CPU), plus an elementwise pass where needed;
@@ -188,11 +197,18 @@ def _gemm_backend(
         if device_type == "cuda" and not triton_ok:
             raise RuntimeError("geglu: the fused GeGLU GEMMs need the `triton` package on CUDA, which is not installed")
         return "triton" if triton_ok else "eager"
+    if kind == "geglu_train":
+        # Gate/up of a forward that saves them for backward (TRAIN_GATE_UP_ON_CUBLAS).
+        if TRAIN_GATE_UP_ON_CUBLAS:
+            return "cublas"
+        return _gemm_backend("geglu", device_type, dtype, m)
     if kind == "geglu_saved_grad":
         # Fused backward epilogue 358 vs 63 (8192x3072x768) and 1977 vs 803
         # (4096x24576x3072) for the GEMM alone: cuBLAS + elementwise backward wins.
         return "triton" if FUSED_SAVED_BACKWARD and triton_ok else "cublas"
-    raise ValueError(f"kind must be one of 'linear', 'linear_gelu_grad', 'geglu', 'geglu_saved_grad', got {kind!r}")
+    raise ValueError(
+        f"kind must be one of 'linear', 'linear_gelu_grad', 'geglu', 'geglu_train', 'geglu_saved_grad', got {kind!r}"
+    )
 
 
 def _backend_for(kind: str, x: Tensor, *weights: Tensor, activation: str = "none", has_bias: bool = False) -> str:
@@ -297,6 +313,33 @@ def _cublas_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], residual: 
     return y
 
 
+def _cublas_gate_up(
+    x: Tensor, w_gate: Tensor, w_up: Optional[Tensor], b_gate: Optional[Tensor], b_up: Optional[Tensor]
+) -> Tensor:
+    """[x @ w_gate.T + b_gate | x @ w_up.T + b_up] as one [M, 2*hidden] tensor (arguments
+    as geglu_linear's: w_up None means a merged weight): one GEMM for a merged weight,
+    else two GEMMs writing the column halves in place (cuBLAS takes the row stride as
+    its ldc: no copy)."""
+    if w_up is None:
+        hidden = w_gate.shape[0] // 2
+        bias = b_gate
+        if b_up is not None or (b_gate is not None and b_gate.shape[0] == hidden):  # split biases: one [2*hidden]
+            bias = torch.cat([_zeros_if_none(b_gate, b_up), _zeros_if_none(b_up, b_gate)])
+        return x @ w_gate.t() if bias is None else torch.addmm(bias, x, w_gate.t())
+    hidden = w_gate.shape[0]
+    pre = x.new_empty((x.shape[0], 2 * hidden))
+    for w, b, cols in ((w_gate, b_gate, pre[:, :hidden]), (w_up, b_up, pre[:, hidden:])):
+        if b is None:
+            torch.mm(x, w.t(), out=cols)
+        else:
+            torch.addmm(b, x, w.t(), out=cols)
+    return pre
+
+
+def _zeros_if_none(t: Optional[Tensor], like: Tensor) -> Tensor:
+    return torch.zeros_like(like) if t is None else t
+
+
 def _cublas_linear_gelu_grad(grad: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor], approximate: str, bias_grad: bool):
     """(grad * gelu'(x @ weight.T + bias), float32 column sums or None): the pre-activation
     recomputed by one cuBLAS GEMM, then torch's fused gelu_backward kernel."""
@@ -305,19 +348,18 @@ def _cublas_linear_gelu_grad(grad: Tensor, x: Tensor, weight: Tensor, bias: Opti
     return dpre, (dpre.sum(0, dtype=torch.float32) if bias_grad else None)
 
 
-def _cublas_geglu_saved_grad(grad: Tensor, pre: Tensor, w_down: Tensor, approximate: str, want_h: bool, bias_grad: bool):
+def _cublas_geglu_saved_grad(grad: Tensor, pre: Tensor, w_down: Tensor, approximate: str, bias_grad: bool):
     """geglu_mlp's backward through w_down from the saved pre = [gate | up]:
     grad_h = grad @ w_down on cuBLAS, then the package's elementwise GeGLU backward
     (native CUDA/CPU op where the loaded variant has it, Triton otherwise). Returns
-    (d_gate, d_up, h = gelu(gate) * up or None, float32 [2*hidden] bias sums or None)."""
+    (d_gate, d_up, float32 [2*hidden] bias sums or None)."""
     hidden = w_down.shape[1]
     gate, up = pre[:, :hidden], pre[:, hidden:]  # row-strided views, read in place by the kernels
     d_gate, d_up = _geglu_backward_elementwise(grad @ w_down, gate, up, approximate)
-    h = _geglu_elementwise(gate, up, approximate) if want_h else None
     dbias32 = None
     if bias_grad:
         dbias32 = torch.cat([d_gate.sum(0, dtype=torch.float32), d_up.sum(0, dtype=torch.float32)])
-    return d_gate, d_up, h, dbias32
+    return d_gate, d_up, dbias32
 
 
 # --------------------------------------------------------------------------- custom ops
@@ -330,15 +372,31 @@ def _empty(like: Tensor, dtype=None) -> Tensor:
     return torch.empty((0,), device=like.device, dtype=dtype or like.dtype)
 
 
-def _define(name: str, impl, fake, backward=None, setup_context=None):
-    """Register `impl` as custom op `name` (with its fake, and autograd when given)
-    unless this namespace has it already; returns the op's callable overload."""
-    if not hasattr(ops, name):
-        op = torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=())
-        op.register_fake(fake)
-        if backward is not None:
-            op.register_autograd(backward, setup_context=setup_context)
-    return getattr(ops, name).default
+class _Op:
+    """One registered custom op (`name`, with its fake, and autograd when given) plus
+    the cheapest correct way to run it, chosen per call (see `_fastpath`): the
+    implementation itself when nothing needs the op, the op's own autograd as a
+    torch.autograd.Function in eager autograd, the op under compile, for fake/meta
+    tensors and for tensor subclasses. `.op` is the registered overload. A second
+    import of the same build (one namespace) reuses the first registration."""
+
+    def __init__(self, name: str, impl, fake, backward=None, setup_context=None):
+        if not hasattr(ops, name):
+            op = torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=())
+            op.register_fake(fake)
+            if backward is not None:
+                op.register_autograd(backward, setup_context=setup_context)
+        self.op = getattr(ops, name).default
+        self.impl = impl
+        self.function = None if backward is None else autograd_function(name, impl, setup_context, backward)
+
+    def __call__(self, *args):
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        if direct_call_ok(*tensors):
+            return self.impl(*args)
+        if self.function is not None and eager_call_ok(*tensors):
+            return self.function(*args)
+        return self.op(*args)
 
 
 def _linear_epilogue_impl(
@@ -408,9 +466,15 @@ def _geglu_linear_train_impl(
     approximate: str,
 ) -> Tuple[Tensor, Tensor]:
     """(h, pre): geglu_linear that also returns the pre-activations [gate | up]
-    ([M, 2*hidden]) it saves for backward, written by the same kernel."""
+    ([M, 2*hidden]) it saves for backward: cuBLAS gate/up GEMMs + the elementwise GeGLU
+    (TRAIN_GATE_UP_ON_CUBLAS), or one fused Triton kernel writing both."""
     wg, wu, bg, bu = _gate_up(w_gate, w_up, b_gate, b_up)
-    if _backend_for("geglu", x, wg) == "triton":
+    backend = _backend_for("geglu_train", x, wg)
+    if backend == "cublas":
+        pre = _cublas_gate_up(x, w_gate, w_up, b_gate, b_up)
+        hidden = wg.shape[0]
+        return _geglu_elementwise(pre[:, :hidden], pre[:, hidden:], approximate), pre
+    if backend == "triton":
         pre = x.new_empty((x.shape[0], 2 * wg.shape[0]))
         return triton_gemm.geglu_forward(x, wg, wu, bg, bu, approximate, pre=pre), pre
     return _eager_geglu(x, wg, wu, bg, bu, approximate, want_pre=True)
@@ -486,14 +550,17 @@ def _geglu_mlp_train_impl(
     b_down: Optional[Tensor],
     residual: Optional[Tensor],
     approximate: str,
-) -> Tuple[Tensor, Tensor]:
-    """geglu_mlp that also returns the pre-activations [gate | up] it saves for backward."""
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """(y, pre, h): geglu_mlp that also returns what it saves for backward, the
+    pre-activations [gate | up] and h = gelu(gate) * up (the down GEMM's input)."""
     h, pre = _geglu_linear_train_impl(x, w_gate, w_up, b_gate, b_up, approximate)
-    return _linear(h, w_down, b_down, residual, "none"), pre
+    return _linear(h, w_down, b_down, residual, "none"), pre, h
 
 
 def _geglu_mlp_train_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
-    return x.new_empty((x.shape[0], w_down.shape[0])), x.new_empty((x.shape[0], 2 * _hidden(w_gate, w_up)))
+    hidden = _hidden(w_gate, w_up)
+    m = x.shape[0]
+    return x.new_empty((m, w_down.shape[0])), x.new_empty((m, 2 * hidden)), x.new_empty((m, hidden))
 
 
 def _geglu_mlp_grad_impl(
@@ -644,57 +711,53 @@ def _geglu_mlp_backward(ctx, grad):
 def _geglu_mlp_train_setup(ctx, inputs, output):
     x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate = inputs
     ctx.approximate = approximate
-    ctx.mark_non_differentiable(output[1])
-    ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, b_up, output[1])
+    ctx.mark_non_differentiable(output[1], output[2])
+    ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, b_up, output[1], output[2])
 
 
-def _geglu_mlp_train_backward(ctx, grad, _grad_pre):
-    """Saved gate/up: grad_h = grad @ w_down on cuBLAS, then the elementwise GeGLU
-    backward gives d_gate, d_up (and the elementwise forward h, for w_down's grad); with
-    FUSED_SAVED_BACKWARD one fused GEMM gives d_gate_up and h."""
-    x, w_gate, w_up, w_down, b_gate, b_up, pre = ctx.saved_tensors
+def _geglu_mlp_train_backward(ctx, grad, _grad_pre, _grad_h):
+    """Saved gate/up and h: grad_h = grad @ w_down on cuBLAS, then the elementwise GeGLU
+    backward gives d_gate, d_up; with FUSED_SAVED_BACKWARD one fused GEMM gives
+    d_gate_up. w_down's grad is grad.T @ h."""
+    x, w_gate, w_up, w_down, b_gate, b_up, pre, h = ctx.saved_tensors
     need_x, need_wg, need_wu, need_wd, need_bg, need_bu, need_bd, need_res, _ = ctx.needs_input_grad
     need_gate_up = (need_x, need_wg, need_wu, need_bg, need_bu)
     dx = dwg = dwu = dwd = dbg = dbu = None
     if any(need_gate_up):
         bias_grad = need_bg or need_bu
         if _backend_for("geglu_saved_grad", grad, w_down.t()) == "cublas":
-            d_gate, d_up, h, dbias32 = _cublas_geglu_saved_grad(grad, pre, w_down, ctx.approximate, need_wd, bias_grad)
+            d_gate, d_up, dbias32 = _cublas_geglu_saved_grad(grad, pre, w_down, ctx.approximate, bias_grad)
             dgu = None
         else:  # the fused kernel (FUSED_SAVED_BACKWARD), or the eager composite for empty inputs
-            dgu, h, dbias32 = _geglu_mlp_grad(grad, pre, w_down, ctx.approximate, need_wd, bias_grad)
+            dgu, _, dbias32 = _geglu_mlp_grad(grad, pre, w_down, ctx.approximate, False, bias_grad)
             d_gate, d_up = _split_dgu(dgu)
         dx, dwg, dwu, dbg, dbu = _gate_up_input_grads(
             d_gate, d_up, dgu, dbias32, x, w_gate, w_up, b_gate, b_up, need_gate_up
         )
-    elif need_wd:  # only the down projection trains: h from the saved gate/up
-        h = _geglu_elementwise(*_split_dgu(pre), ctx.approximate)
     if need_wd:
         dwd = grad.t() @ h
     dbd = grad.sum(0) if need_bd else None
     return dx, dwg, dwu, dwd, dbg, dbu, dbd, (grad if need_res else None), None
 
 
-_linear_epilogue = _define(
+_linear_epilogue = _Op(
     "linear_epilogue", _linear_epilogue_impl, _linear_epilogue_fake, _linear_epilogue_backward, _linear_epilogue_setup
 )
-_linear_gelu_grad = _define("linear_gelu_grad", _linear_gelu_grad_impl, _linear_gelu_grad_fake)
-_geglu_linear = _define(
-    "geglu_linear", _geglu_linear_impl, _geglu_linear_fake, _geglu_linear_backward, _geglu_linear_setup
-)
-_geglu_linear_train = _define(
+_linear_gelu_grad = _Op("linear_gelu_grad", _linear_gelu_grad_impl, _linear_gelu_grad_fake)
+_geglu_linear = _Op("geglu_linear", _geglu_linear_impl, _geglu_linear_fake, _geglu_linear_backward, _geglu_linear_setup)
+_geglu_linear_train = _Op(
     "geglu_linear_train",
     _geglu_linear_train_impl,
     _geglu_linear_train_fake,
     _geglu_linear_train_backward,
     _geglu_linear_train_setup,
 )
-_geglu_linear_grad = _define("geglu_linear_grad", _geglu_linear_grad_impl, _geglu_linear_grad_fake)
-_geglu_mlp = _define("geglu_mlp", _geglu_mlp_impl, _geglu_mlp_fake, _geglu_mlp_backward, _geglu_mlp_setup)
-_geglu_mlp_train = _define(
+_geglu_linear_grad = _Op("geglu_linear_grad", _geglu_linear_grad_impl, _geglu_linear_grad_fake)
+_geglu_mlp = _Op("geglu_mlp", _geglu_mlp_impl, _geglu_mlp_fake, _geglu_mlp_backward, _geglu_mlp_setup)
+_geglu_mlp_train = _Op(
     "geglu_mlp_train", _geglu_mlp_train_impl, _geglu_mlp_train_fake, _geglu_mlp_train_backward, _geglu_mlp_train_setup
 )
-_geglu_mlp_grad = _define("geglu_mlp_grad", _geglu_mlp_grad_impl, _geglu_mlp_grad_fake)
+_geglu_mlp_grad = _Op("geglu_mlp_grad", _geglu_mlp_grad_impl, _geglu_mlp_grad_fake)
 
 
 # --------------------------------------------------------------------------- validation
@@ -783,7 +846,7 @@ def linear_bias(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
     _check_weight("weight", weight, x, x.shape[-1])
     _check_vector("bias", bias, x, weight.shape[0])
     args = (_rows(x), weight, bias, None, "none")
-    y = _linear_epilogue_impl(*args) if direct_call_ok(x, weight, bias) else _linear_epilogue(*args)
+    y = _linear_epilogue(*args)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -797,7 +860,7 @@ def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, a
     _check_vector("bias", bias, x, weight.shape[0])
     check_approximate("approximate", approximate)
     args = (_rows(x), weight, bias, None, _GELU_FOR[approximate])
-    y = _linear_epilogue_impl(*args) if direct_call_ok(x, weight, bias) else _linear_epilogue(*args)
+    y = _linear_epilogue(*args)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -822,8 +885,6 @@ def geglu_linear(
     args = (_rows(x), w_gate, w_up, b_gate, b_up, approximate)
     if _saving_for_backward(x, w_gate, w_up, b_gate, b_up):
         h, _ = _geglu_linear_train(*args)
-    elif direct_call_ok(x, w_gate, w_up, b_gate, b_up):
-        h = _geglu_linear_impl(*args)
     else:
         h = _geglu_linear(*args)
     return h.reshape(*x.shape[:-1], hidden)
@@ -862,9 +923,7 @@ def geglu_mlp(
     res = None if residual is None else _rows(residual)
     args = (_rows(x), w_gate, w_up, w_down, b_gate, b_up, b_down, res, approximate)
     if _saving_for_backward(x, w_gate, w_up, w_down, b_gate, b_up):
-        y, _ = _geglu_mlp_train(*args)
-    elif direct_call_ok(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
-        y = _geglu_mlp_impl(*args)
+        y = _geglu_mlp_train(*args)[0]
     else:
         y = _geglu_mlp(*args)
     return y.reshape(out_shape)
