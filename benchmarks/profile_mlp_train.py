@@ -1,12 +1,15 @@
-"""Kernel-level profile of one GeGLU MLP training step (blog shape, bf16): ours vs eager.
+"""Where a GeGLU MLP training step (blog shape, bf16) spends its time: ours vs eager.
 
     python benchmarks/profile_mlp_train.py
 
-A diagnostic, not a benchmark: torch.profiler over a few steps, printing the CUDA
-kernels by total time, so a slow step shows which kernel or copy costs what.
+A diagnostic, not a benchmark. Per variant: wall time per step (20 steps, synchronized
+once), host time to issue one step (the GPU kept busy ahead of it), and from
+torch.profiler the GPU kernel time per step, the kernel count, and the kernels by total
+time. A step is host-bound when its wall time follows the issue time, not the kernel sum.
 """
 
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -28,28 +31,60 @@ def main() -> None:
     wd = (torch.randn(d, h, device="cuda", dtype=dt) * h**-0.5).requires_grad_()
     dy = torch.randn(m, d, device="cuda", dtype=dt)
     params = (x, wg, wu, wd)
-    runs = {
-        "eager": lambda: F.linear(F.gelu(F.linear(x, wg), approximate="tanh") * F.linear(x, wu), wd),
-        "ours": lambda: geglu.geglu_mlp(x, wg, wu, wd),
-        "ours forward only (no grad)": None,
-    }
-    for name, fn in runs.items():
-        if fn is None:
-            def step():
-                with torch.no_grad():
-                    geglu.geglu_mlp(x, wg, wu, wd)
-        else:
-            def step(fn=fn):
-                torch.autograd.grad(fn(), params, dy)
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    lin = geglu.linear
+
+    def eager():
+        return F.linear(F.gelu(F.linear(x, wg), approximate="tanh") * F.linear(x, wu), wd)
+
+    def ours():
+        return geglu.geglu_mlp(x, wg, wu, wd)
+
+    variants = {"eager": (eager, {}), "ours": (ours, {}), "ours_triton_fwd": (ours, {"TRAIN_GATE_UP_ON_CUBLAS": False})}
+    rows = []
+    for name, (fn, flags) in variants.items():
+        saved = {f: getattr(lin, f) for f in flags}
+        for f, v in flags.items():
+            setattr(lin, f, v)
+
+        def step():
+            torch.autograd.grad(fn(), params, dy)
+
+        try:
             for _ in range(5):
                 step()
             torch.cuda.synchronize()
-        print(f"\n=== {name}: 5 steps")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70))
+            t0 = time.perf_counter()
+            for _ in range(20):
+                step()
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) / 20 * 1e6
+            # Issue time: keep the GPU busy with a long sleep so the host never waits on it.
+            issue = []
+            for _ in range(10):
+                torch.cuda._sleep(50_000_000)
+                t0 = time.perf_counter()
+                step()
+                issue.append((time.perf_counter() - t0) * 1e6)
+                torch.cuda.synchronize()
+            issue_us = sorted(issue)[len(issue) // 2]
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(5):
+                    step()
+                torch.cuda.synchronize()
+        finally:
+            for f, v in saved.items():
+                setattr(lin, f, v)
+        kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        gpu_us = sum(e.self_device_time_total for e in kernels) / 5
+        count = sum(e.count for e in kernels) / 5
+        rows.append((name, wall, issue_us, gpu_us, count))
+        print(f"\n=== {name}: wall {wall:.1f} us/step, host issue {issue_us:.1f} us/step, "
+              f"GPU kernels {gpu_us:.1f} us/step in {count:.0f} kernels")  # fmt: skip
+        for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:14]:
+            print(f"  {e.self_device_time_total / 5:8.1f} us  x{e.count / 5:<4.0f} {e.key[:100]}")
+    print(f"\n{'variant':<18} {'wall us':>9} {'issue us':>9} {'GPU us':>9} {'kernels':>8}")
+    for name, wall, issue_us, gpu_us, count in rows:
+        print(f"{name:<18} {wall:>9.1f} {issue_us:>9.1f} {gpu_us:>9.1f} {count:>8.0f}")
 
 
 if __name__ == "__main__":
