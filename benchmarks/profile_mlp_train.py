@@ -8,7 +8,9 @@ torch.profiler the GPU kernel time per step, the kernel count, and the kernels b
 time. A step is host-bound when its wall time follows the issue time, not the kernel sum.
 """
 
+import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +19,23 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def kernel_gaps(prof):
+    """(idle time before it, its duration, name) for every GPU kernel/memcpy/memset in
+    the profile, in start order, from the exported chrome trace."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    gpu = sorted(
+        (e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e),
+        key=lambda e: e["ts"],
+    )
+    out, end = [], None
+    for e in gpu:
+        out.append((0.0 if end is None else max(0.0, e["ts"] - end), e["dur"], e["name"]))
+        end = max(end or 0.0, e["ts"] + e["dur"])
+    return out
 
 
 def main() -> None:
@@ -82,6 +101,13 @@ def main() -> None:
               f"GPU kernels {gpu_us:.1f} us/step in {count:.0f} kernels")  # fmt: skip
         for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:14]:
             print(f"  {e.self_device_time_total / 5:8.1f} us  x{e.count / 5:<4.0f} {e.key[:100]}")
+        print("  host (self CPU time per step, top ops):")
+        host_ops = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+        for e in sorted(host_ops, key=lambda e: -e.self_cpu_time_total)[:12]:
+            print(f"  {e.self_cpu_time_total / 5:8.1f} us  x{e.count / 5:<4.0f} {e.key[:100]}")
+        print("  GPU idle before each kernel of the last profiled step (us), in launch order:")
+        for gap, dur, kname in kernel_gaps(prof)[-int(count):]:
+            print(f"  gap {gap:7.1f}  run {dur:7.1f}  {kname[:80]}")
     print(f"\n{'variant':<18} {'wall us':>9} {'issue us':>9} {'GPU us':>9} {'kernels':>8}")
     for name, wall, issue_us, gpu_us, count in rows:
         print(f"{name:<18} {wall:>9.1f} {issue_us:>9.1f} {gpu_us:>9.1f} {count:>8.0f}")

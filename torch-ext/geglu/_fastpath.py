@@ -41,14 +41,23 @@ def direct_call_ok(*tensors) -> bool:
 def autograd_function(name: str, forward, setup_context, backward):
     """`forward`/`setup_context`/`backward` written for `register_autograd` (setup_context
     takes (ctx, inputs, output); backward returns one grad per input) as the `apply` of
-    an equivalent torch.autograd.Function named `name`."""
+    an equivalent torch.autograd.Function named `name`.
+
+    Written in the ctx-first style: the separate-setup_context style binds the call's
+    arguments through inspect.signature on every apply (tens of us). Grads of outputs
+    that get none stay None instead of being materialized as zeros: the backward
+    functions ignore the grads of their non-differentiable outputs (saved pre-activations,
+    [tokens, 2*hidden]), and filling those would cost a memset pass per step."""
+
+    def forward_with_ctx(ctx, *args):
+        ctx.set_materialize_grads(False)
+        output = forward(*args)
+        setup_context(ctx, args, output)
+        return output
+
     fn = type(
         name,
         (torch.autograd.Function,),
-        {
-            "forward": staticmethod(forward),
-            "setup_context": staticmethod(setup_context),
-            "backward": staticmethod(backward),
-        },
+        {"forward": staticmethod(forward_with_ctx), "backward": staticmethod(backward)},
     )
     return fn.apply
