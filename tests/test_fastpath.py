@@ -64,8 +64,10 @@ def _backward_names(t, depth=4):
 def test_eager_autograd_runs_the_ops_backward_without_the_op(kernel, monkeypatch):
     """In eager autograd the fused GEMMs run their op's forward/backward as a plain
     torch.autograd.Function (no dispatcher hop); with that path disabled they go
-    through the registered op. Same code either way: same values and grads."""
+    through the registered op. Same code either way: same values and grads. (The
+    Python route: arch variants' compiled training MLP is tested in test_linear.)"""
     lin = kernel.linear
+    monkeypatch.setattr(lin, "_NATIVE_MLP_DEVICE_TYPES", frozenset())
     dev = "cuda" if HAS_CUDA else "cpu"
     dtype = torch.float16 if HAS_CUDA else torch.float32
     g = torch.Generator(device=dev).manual_seed(0)

@@ -278,6 +278,43 @@ def test_recompute_in_backward_mode(kernel, tg, monkeypatch, merged):
     check_grads(got, grads_of(ref, dh.double(), r), dtype, ["x", "w_gate", "w_up", "b_gate", "b_up"])
 
 
+@pytest.mark.parametrize("case", MLP_CASES, ids=lambda c: f"{c[0]}-{str(c[3])[6:]}-b{c[4]}-res{c[5]}-merged{c[6]}")
+def test_native_training_mlp_matches_the_python_route(kernel, monkeypatch, case):
+    """Arch variants run geglu_mlp's training call as the compiled op geglu_mlp_cublas
+    (C++ autograd node; torch-ext/geglu_mlp.cpp). It computes what the Python cuBLAS
+    route computes with the same ops, so values and grads are identical; opcheck
+    passes on it (schema, fake, autograd registration, AOT dispatch)."""
+    lin = kernel.linear
+    if DEV not in lin._NATIVE_MLP_DEVICE_TYPES:
+        pytest.skip(f"this variant has no compiled module for {DEV} (noarch): the Python route serves it")
+    shape, hidden, d_out, dtype, which_bias, has_res, merged = case
+    k = shape[-1]
+    x = leaf(rand(shape, dtype, seed=1))
+    wg, wu = weight(hidden, k, dtype, 2), weight(hidden, k, dtype, 3)
+    wd = leaf(weight(d_out, hidden, dtype, 4))
+    bg, bu, bd = (leaf(rand((m,), dtype, seed=5 + i)) if on else None for i, (m, on) in enumerate(zip((hidden, hidden, d_out), which_bias)))
+    res = leaf(rand((*shape[:-1], d_out), dtype, seed=9)) if has_res else None
+    dy = rand((*shape[:-1], d_out), dtype, seed=10)
+    w_gate, w_up = (leaf(torch.cat([wg, wu])), None) if merged else (leaf(wg), leaf(wu))
+    inputs = [t for t in (x, w_gate, w_up, wd, bg, bu, bd, res) if t is not None]
+
+    def run():
+        y = kernel.geglu_mlp(x, w_gate, w_up, wd, biases=(bg, bu, bd), residual=res, approximate="tanh")
+        return y, grads_of(y, dy, inputs)
+
+    y, grads = run()
+    assert "CppFunction" in {type(f).__name__ for f, _ in y.grad_fn.next_functions}, "the compiled op did not run"
+    monkeypatch.setattr(lin, "_NATIVE_MLP_DEVICE_TYPES", frozenset())
+    y_py, grads_py = run()
+    torch.testing.assert_close(y, y_py, rtol=0, atol=0)
+    for got, want in zip(grads, grads_py):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+    rows = lambda t: None if t is None else t.reshape(-1, t.shape[-1])  # noqa: E731
+    args = (rows(x), w_gate, w_up, wd, bg, bu, bd, rows(res), "none")
+    torch.library.opcheck(kernel._ops.ops.geglu_mlp_cublas.default, args)
+
+
 def test_geglu_mlp_partial_training(kernel, tg):
     """Frozen parts get no grad; training only w_down uses the h saved by the forward."""
     dtype = torch.float32
@@ -463,8 +500,10 @@ def _spy(monkeypatch, module, name):
 def test_routes_taken_by_the_public_api(kernel, tg, monkeypatch):
     """The public functions call the routes the table names: linear_bias and the down
     projection on cuBLAS, geglu_mlp's backward through cuBLAS + the elementwise GeGLU
-    backward (or the fused op with FUSED_SAVED_BACKWARD)."""
+    backward (or the fused op with FUSED_SAVED_BACKWARD). The Python route: the
+    compiled training op of arch variants is tested on its own (above)."""
     lin = kernel.linear
+    monkeypatch.setattr(lin, "_NATIVE_MLP_DEVICE_TYPES", frozenset())
     dtype = torch.float32
     cublas = _spy(monkeypatch, lin, "_cublas_linear")
     saved = _spy(monkeypatch, lin, "_cublas_geglu_saved_grad")

@@ -25,3 +25,17 @@ torch::Tensor geglu(torch::Tensor const &gate, torch::Tensor const &up,
 std::tuple<torch::Tensor, torch::Tensor>
 geglu_backward(torch::Tensor const &grad_out, torch::Tensor const &gate,
                torch::Tensor const &up, std::string_view approximate);
+
+// The GeGLU MLP from torch GEMMs + geglu/geglu_backward, differentiable in C++
+// (torch-ext/geglu_mlp.cpp): backend kernel and Autograd kernel of one op.
+torch::Tensor geglu_mlp_cublas(torch::Tensor const &x, torch::Tensor const &w_gate,
+                               c10::optional<torch::Tensor> const &w_up, torch::Tensor const &w_down,
+                               c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
+                               c10::optional<torch::Tensor> const &b_down,
+                               c10::optional<torch::Tensor> const &residual, std::string_view approximate);
+torch::Tensor geglu_mlp_cublas_autograd(torch::Tensor const &x, torch::Tensor const &w_gate,
+                                        c10::optional<torch::Tensor> const &w_up, torch::Tensor const &w_down,
+                                        c10::optional<torch::Tensor> const &b_gate,
+                                        c10::optional<torch::Tensor> const &b_up,
+                                        c10::optional<torch::Tensor> const &b_down,
+                                        c10::optional<torch::Tensor> const &residual, std::string_view approximate);

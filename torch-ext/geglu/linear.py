@@ -102,7 +102,7 @@ import torch.nn.functional as F
 from ._checks import check_approximate, check_same_device, check_same_dtype, check_shape, check_tensor
 from ._fastpath import autograd_function, direct_call_ok, eager_call_ok
 from ._ops import add_op_namespace_prefix, ops
-from .activation import _eager_gelu_and_grad
+from .activation import NATIVE_DEVICE_TYPES, _eager_gelu_and_grad
 from .activation import geglu as _geglu_elementwise
 from .activation import geglu_backward as _geglu_backward_elementwise
 
@@ -760,6 +760,43 @@ _geglu_mlp_train = _Op(
 _geglu_mlp_grad = _Op("geglu_mlp_grad", _geglu_mlp_grad_impl, _geglu_mlp_grad_fake)
 
 
+# --------------------------------------------------------------------------- native training MLP
+# Arch variants (compiled CUDA or CPU module) also carry geglu_mlp_cublas
+# (torch-ext/geglu_mlp.cpp): the same computation as the cuBLAS training route above
+# (gate/up GEMMs + elementwise GeGLU forward saving [gate | up] and h; grad @ w_down +
+# elementwise GeGLU backward), driven from C++ with a C++ autograd node. A training
+# step of the blog-shape MLP is bound by host time, not by the GPU (H100:
+# benchmarks/results/profile_mlp_train_h100.log), and this removes the Python between
+# its kernels. Python keeps serving torch.compile (which traces the custom ops above),
+# fake/meta tensors, the switches below, and the noarch variant.
+
+_NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "geglu_mlp_cublas") else frozenset()
+
+
+def _native_mlp_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
+    return x.new_empty((x.shape[0], w_down.shape[0]))
+
+
+if _NATIVE_MLP_DEVICE_TYPES:
+    try:
+        torch.library.register_fake(add_op_namespace_prefix("geglu_mlp_cublas"), _native_mlp_fake)
+    except RuntimeError:  # a second import of the same build: registered by the first
+        pass
+
+
+def _native_training_mlp(x: Tensor, w_gate: Tensor, w_down: Tensor, *tensors) -> bool:
+    """Whether a training call of geglu_mlp runs as the compiled op: its device has the
+    native module, the switches ask for the cuBLAS route with the elementwise backward,
+    the problem is not empty, and nothing needs the Python op (compile, fake, meta)."""
+    return (
+        x.device.type in _NATIVE_MLP_DEVICE_TYPES
+        and TRAIN_GATE_UP_ON_CUBLAS
+        and not FUSED_SAVED_BACKWARD
+        and _nonempty(x, w_gate, w_down)
+        and eager_call_ok(x, w_gate, w_down, *tensors)
+    )
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -923,7 +960,10 @@ def geglu_mlp(
     res = None if residual is None else _rows(residual)
     args = (_rows(x), w_gate, w_up, w_down, b_gate, b_up, b_down, res, approximate)
     if _saving_for_backward(x, w_gate, w_up, w_down, b_gate, b_up):
-        y = _geglu_mlp_train(*args)[0]
+        if _native_training_mlp(args[0], w_gate, w_down, w_up, b_gate, b_up, b_down, res):
+            y = ops.geglu_mlp_cublas(*args)
+        else:
+            y = _geglu_mlp_train(*args)[0]
     else:
         y = _geglu_mlp(*args)
     return y.reshape(out_shape)

@@ -1,0 +1,206 @@
+// geglu_mlp_cublas: the GeGLU MLP for training, differentiable in C++.
+//
+//   y = (gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)) @ w_down.T + b_down + residual
+//
+// The GEMMs are torch's (cuBLAS/cuBLASLt on CUDA), the activation and its backward are
+// this package's ops geglu / geglu_backward (the backend linked into the build). It exists for host time: a training step of small layers is bound by the
+// host issuing its kernels (benchmarks/profile_mlp_train.py), and the same
+// computation driven from Python (linear.py's cuBLAS training route, which
+// variants without this module still use) spends several times the host time of
+// eager PyTorch. Here one dispatcher call covers the forward and one autograd node
+// the backward, with no Python in either.
+//
+// Saved for backward: x, the weights, the pre-activations [gate | up] ([M, 2*hidden])
+// and h = gelu(gate) * up ([M, hidden]); eager autograd keeps 4*M*hidden elements
+// (gate, gelu(gate), up, h), this 3*M*hidden.
+//
+// Arguments are validated by the Python wrapper (linear.geglu_mlp); x is [M, K].
+// w_up undefined: w_gate is a merged [2*hidden, K] gate/up weight, and its bias is
+// either merged (b_gate of 2*hidden, b_up undefined) or split.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "torch_binding.h"
+
+#define GEGLU_STR_(x) #x
+#define GEGLU_STR(x) GEGLU_STR_(x)
+
+namespace {
+
+using torch::autograd::AutogradContext;
+
+// The activation ops are called through the dispatcher, not as C++ functions: under
+// torch.compile / fake tensors (opcheck's AOT tests) they must reach their fake
+// implementations. This build's namespace is TORCH_EXTENSION_NAME.
+at::Tensor geglu_op(const at::Tensor &gate, const at::Tensor &up, std::string_view approximate) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow(GEGLU_STR(TORCH_EXTENSION_NAME) "::geglu", "")
+                             .typed<at::Tensor(const at::Tensor &, const at::Tensor &, std::string_view)>();
+  return op.call(gate, up, approximate);
+}
+
+std::tuple<at::Tensor, at::Tensor> geglu_backward_op(const at::Tensor &grad_out, const at::Tensor &gate,
+                                                     const at::Tensor &up, std::string_view approximate) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow(GEGLU_STR(TORCH_EXTENSION_NAME) "::geglu_backward", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                                    std::string_view)>();
+  return op.call(grad_out, gate, up, approximate);
+}
+using torch::autograd::variable_list;
+
+at::Tensor opt(const c10::optional<at::Tensor> &t) { return t.has_value() ? *t : at::Tensor(); }
+
+// [gate | up] pre-activations as one [M, 2*hidden] tensor.
+at::Tensor gate_up(const at::Tensor &x, const at::Tensor &w_gate, const at::Tensor &w_up, const at::Tensor &b_gate,
+                   const at::Tensor &b_up) {
+  if (!w_up.defined()) {  // merged weight: one GEMM
+    const int64_t hidden = w_gate.size(0) / 2;
+    at::Tensor bias = b_gate;
+    if (b_up.defined() || (b_gate.defined() && b_gate.size(0) == hidden)) {
+      const at::Tensor ref = b_up.defined() ? b_up : b_gate;
+      bias = at::cat({b_gate.defined() ? b_gate : at::zeros_like(ref), b_up.defined() ? b_up : at::zeros_like(ref)});
+    }
+    return bias.defined() ? at::addmm(bias, x, w_gate.t()) : at::mm(x, w_gate.t());
+  }
+  // Two GEMMs writing the column halves in place (the row stride is the GEMM's ldc).
+  const int64_t hidden = w_gate.size(0);
+  at::Tensor pre = at::empty({x.size(0), 2 * hidden}, x.options());
+  const at::Tensor w[2] = {w_gate, w_up};
+  const at::Tensor b[2] = {b_gate, b_up};
+  for (int i = 0; i < 2; ++i) {
+    at::Tensor cols = pre.narrow(1, i * hidden, hidden);
+    if (b[i].defined()) {
+      at::addmm_out(cols, b[i], x, w[i].t());
+    } else {
+      at::mm_out(cols, x, w[i].t());
+    }
+  }
+  return pre;
+}
+
+// h @ w_down.T + b_down + residual, as linear.py's _cublas_linear does it.
+at::Tensor down(const at::Tensor &h, const at::Tensor &w_down, const at::Tensor &b_down, const at::Tensor &residual) {
+  if (!b_down.defined()) {
+    return residual.defined() ? at::addmm(residual, h, w_down.t()) : at::mm(h, w_down.t());
+  }
+  at::Tensor y = at::addmm(b_down, h, w_down.t());
+  if (residual.defined()) y.add_(residual);
+  return y;
+}
+
+struct Forward {
+  at::Tensor y, pre, h;
+};
+
+Forward run_forward(const at::Tensor &x, const at::Tensor &w_gate, const at::Tensor &w_up, const at::Tensor &w_down,
+                const at::Tensor &b_gate, const at::Tensor &b_up, const at::Tensor &b_down,
+                const at::Tensor &residual, std::string_view approximate) {
+  at::Tensor pre = gate_up(x, w_gate, w_up, b_gate, b_up);
+  const int64_t hidden = pre.size(1) / 2;
+  at::Tensor h = geglu_op(pre.narrow(1, 0, hidden), pre.narrow(1, hidden, hidden), approximate);
+  return {down(h, w_down, b_down, residual), pre, h};
+}
+
+at::Tensor column_sums(const at::Tensor &t, const at::Tensor &like) {
+  return t.sum(0, false, at::kFloat).to(like.scalar_type());
+}
+
+// Optional tensors are passed as std::optional so that absent ones are not autograd
+// inputs; the context's needs_input_grad counts only the present ones (its "edges"),
+// so forward records each argument's edge index.
+using OptTensor = std::optional<at::Tensor>;
+
+class GegluMlp : public torch::autograd::Function<GegluMlp> {
+ public:
+  static constexpr int kTensorArgs = 8;  // x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual
+
+  static at::Tensor forward(AutogradContext *ctx, const at::Tensor &x, const at::Tensor &w_gate,
+                            const OptTensor &w_up, const at::Tensor &w_down, const OptTensor &b_gate,
+                            const OptTensor &b_up, const OptTensor &b_down, const OptTensor &residual,
+                            const std::string &approximate) {
+    const bool present[kTensorArgs] = {true,
+                                       true,
+                                       opt(w_up).defined(),
+                                       true,
+                                       opt(b_gate).defined(),
+                                       opt(b_up).defined(),
+                                       opt(b_down).defined(),
+                                       opt(residual).defined()};
+    std::vector<int64_t> edge(kTensorArgs, -1);
+    for (int i = 0, next = 0; i < kTensorArgs; ++i) {
+      if (present[i]) edge[i] = next++;
+    }
+    at::AutoDispatchBelowADInplaceOrView guard;
+    Forward f = run_forward(x, w_gate, opt(w_up), w_down, opt(b_gate), opt(b_up), opt(b_down), opt(residual),
+                            approximate);
+    ctx->save_for_backward({x, w_gate, opt(w_up), w_down, opt(b_gate), opt(b_up), f.pre, f.h});
+    ctx->saved_data["approximate"] = approximate;
+    ctx->saved_data["edge"] = edge;
+    return f.y;
+  }
+
+  static variable_list backward(AutogradContext *ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w_gate = saved[1], &w_up = saved[2], &w_down = saved[3];
+    const at::Tensor &b_gate = saved[4], &b_up = saved[5], &pre = saved[6], &h = saved[7];
+    const std::string approximate = ctx->saved_data["approximate"].toStringRef();
+    const std::vector<int64_t> edge = ctx->saved_data["edge"].toIntVector();
+    auto need = [&](int i) { return edge[i] >= 0 && ctx->needs_input_grad(edge[i]); };
+    const at::Tensor grad = grads[0].contiguous();
+    at::Tensor dx, dwg, dwu, dwd, dbg, dbu, dbd, dres;
+
+    if (need(0) || need(1) || need(2) || need(4) || need(5)) {
+      const int64_t hidden = w_down.size(1);
+      auto [d_gate, d_up] = geglu_backward_op(grad.mm(w_down), pre.narrow(1, 0, hidden), pre.narrow(1, hidden, hidden),
+                                              approximate);
+      const bool merged = !w_up.defined();
+      const at::Tensor wg = merged ? w_gate.narrow(0, 0, hidden) : w_gate;
+      const at::Tensor wu = merged ? w_gate.narrow(0, hidden, hidden) : w_up;
+      if (need(0)) dx = at::addmm(d_gate.mm(wg), d_up, wu);
+      if (need(1)) {
+        dwg = d_gate.t().mm(x);
+        if (merged) dwg = at::cat({dwg, d_up.t().mm(x)});
+      }
+      if (need(2)) dwu = d_up.t().mm(x);
+      if (need(4) || need(5)) {
+        if (b_gate.defined() && b_gate.size(0) == 2 * hidden) {  // merged bias
+          dbg = at::cat({column_sums(d_gate, b_gate), column_sums(d_up, b_gate)});
+        } else {
+          if (need(4)) dbg = column_sums(d_gate, b_gate);
+          if (need(5)) dbu = column_sums(d_up, b_up);
+        }
+      }
+    }
+    if (need(3)) dwd = grad.t().mm(h);
+    if (need(6)) dbd = column_sums(grad, grad);
+    if (need(7)) dres = grad;
+    return {dx, dwg, dwu, dwd, dbg, dbu, dbd, dres, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+// Backend kernel (no autograd recorded: inference mode, or called below autograd).
+torch::Tensor geglu_mlp_cublas(torch::Tensor const &x, torch::Tensor const &w_gate,
+                               c10::optional<torch::Tensor> const &w_up, torch::Tensor const &w_down,
+                               c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
+                               c10::optional<torch::Tensor> const &b_down,
+                               c10::optional<torch::Tensor> const &residual, std::string_view approximate) {
+  return run_forward(x, w_gate, opt(w_up), w_down, opt(b_gate), opt(b_up), opt(b_down), opt(residual), approximate).y;
+}
+
+// Autograd kernel.
+torch::Tensor geglu_mlp_cublas_autograd(torch::Tensor const &x, torch::Tensor const &w_gate,
+                                        c10::optional<torch::Tensor> const &w_up, torch::Tensor const &w_down,
+                                        c10::optional<torch::Tensor> const &b_gate,
+                                        c10::optional<torch::Tensor> const &b_up,
+                                        c10::optional<torch::Tensor> const &b_down,
+                                        c10::optional<torch::Tensor> const &residual, std::string_view approximate) {
+  return GegluMlp::apply(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, std::string(approximate));
+}
