@@ -162,7 +162,7 @@ class GegluMlp : public torch::autograd::Function<GegluMlp> {
       const bool merged = !w_up.defined();
       const at::Tensor wg = merged ? w_gate.narrow(0, 0, hidden) : w_gate;
       const at::Tensor wu = merged ? w_gate.narrow(0, hidden, hidden) : w_up;
-      if (need(0)) dx = at::addmm(d_gate.mm(wg), d_up, wu);
+      if (need(0)) dx = d_gate.mm(wg).addmm_(d_up, wu);  // in place: addmm would first copy its input
       if (need(1)) {
         dwg = d_gate.t().mm(x);
         if (merged) dwg = at::cat({dwg, d_up.t().mm(x)});

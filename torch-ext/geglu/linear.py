@@ -624,12 +624,12 @@ def _gate_up_input_grads(d_gate, d_up, dgu, dbias32, x, w_gate, w_up, b_gate, b_
             dwg = dgu.t() @ x if need_wg else None
         else:
             if need_x:
-                dx = torch.addmm(d_gate @ w_gate[:hidden], d_up, w_gate[hidden:])
+                dx = (d_gate @ w_gate[:hidden]).addmm_(d_up, w_gate[hidden:])
             if need_wg:
                 dwg = torch.cat([d_gate.t() @ x, d_up.t() @ x])
     else:
         if need_x:
-            dx = torch.addmm(d_gate @ w_gate, d_up, w_up)
+            dx = (d_gate @ w_gate).addmm_(d_up, w_up)  # in place: addmm would first copy its input
         if need_wg:
             dwg = d_gate.t() @ x
         if need_wu:
