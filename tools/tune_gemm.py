@@ -79,10 +79,11 @@ def candidates(C, kind: str, bucket: str):
             return [
                 C("tma", 128, 128, 64, 8, 8, 3), C("tma", 128, 128, 64, 8, 8, 4), C("tma", 128, 128, 64, 8, 8, 3, 1, False),
                 C("tma", 128, 64, 64, 8, 4, 4), C("tile", 128, 128, 64, 8, 8, 3), C("tile", 128, 64, 64, 8, 4, 4),
-                # Still 154 vs cuBLAS 117 at 8192x3072x768 (H100 tune of 2026-11-22); untried
-                # there: a 4th stage (4 x 48 KB of shared memory), the persistent TMA kernel
-                # with 4 stages and unflattened loops (3 stages unflattened was the best TMA
-                # one), and a wider group-M swizzle (16 M tiles per band of weight tiles in L2).
+                # A 4th stage (4 x 48 KB of shared memory), the persistent TMA kernel with 4
+                # stages and unflattened loops, and a wider group-M swizzle (16 M tiles per
+                # band of weight tiles in L2). The last, with TMA, won the second H100 tune
+                # (benchmarks/results/tune_gemm_two_h100.log): 4096x24576x3072 1652 vs 1807
+                # us; 8192x3072x768 stays ~155 vs cuBLAS 115.
                 C("tile", 128, 128, 64, 8, 8, 4), C("tma", 128, 128, 64, 8, 8, 4, 1, False),
                 C("tile", 128, 128, 64, 16, 8, 3), C("tma", 128, 128, 64, 16, 8, 3, 1, False),
             ]  # fmt: skip
