@@ -38,9 +38,11 @@ on that GPU) vs one cuBLAS GEMM of the same shape (benchmarks/results/tune_gemm_
   GELU-epilogue kernel measured slower at every size (2.8-15x at 16-256 tokens, 1.3x
   at the BERT/GPT-2 shapes); above it, the Triton kernel. Its backward GEMM
   follows the same token threshold (cuBLAS recompute + torch's gelu_backward below).
-- geglu_linear and geglu_mlp's gate/up GEMM stay on Triton: one two-accumulator
-  kernel beats cuBLAS GEMM + activation kernel (8192x3072x768: 154 vs 117 + ~56;
-  4096x24576x3072: 1849 vs 1680 + the activation pass; decode 16x24576x3072: 117 vs 122).
+- geglu_linear and geglu_mlp's gate/up GEMM stay on Triton when no gradient is
+  needed: one two-accumulator kernel beats cuBLAS GEMM + activation kernel
+  (8192x3072x768: 154 vs 117 + ~56; 4096x24576x3072: 1652 vs 1552 + the activation
+  pass, tools/tune_gemm.py's second H100 tune; decode 16x24576x3072: 115 vs 122).
+  A forward that saves gate/up for backward runs them on cuBLAS (below).
 - geglu_mlp's training backward through w_down runs grad @ w_down on cuBLAS and the
   GeGLU backward as the package's elementwise kernel (below); the fused Triton
   kernel with the GeGLU backward in its epilogue lost badly (8192x3072x768: 358 vs
@@ -66,19 +68,21 @@ Devices and precision:
 Backward, memory against time (per layer of T tokens and hidden size H; eager
 autograd keeps x plus gate, gelu(gate), up and h, i.e. 4*T*H elements):
 - geglu_linear / geglu_mlp, when a gradient is needed (grad mode on and an input
-  that requires grad), save x and the pre-activations [gate | up] (2*T*H elements,
-  written by the forward kernel as a second output). geglu_mlp's backward then runs
-  grad_h = grad @ w_down on cuBLAS, the elementwise GeGLU backward on the two saved
-  halves (row-strided views of [gate | up], read in place: no copy) giving d_gate and
-  d_up, and the elementwise GeGLU forward on the same halves for h (w_down's
-  gradient needs it). Transient memory: grad_h (T*H) and h (T*H) on top of d_gate/d_up
-  (2*T*H). Time, estimated from the numbers above and ~3 TB/s for the elementwise
-  passes (the GeGLU backward moves 5*T*H elements, h 3*T*H): about 63 + 85 + 50 = 200
-  vs 358 at 8192x3072x768 and 803 + 330 + 200 = 1330 vs 1977 at 4096x24576x3072
-  (benchmarks/compare_mlp.py times the whole training step in each mode). Saving h
-  in the forward as well would skip the h pass for T*H more saved memory; not done,
-  to keep the saved set at 2*T*H. geglu_linear's backward runs the same elementwise
-  GeGLU backward on its saved gate/up.
+  that requires grad), save x and the pre-activations [gate | up] (2*T*H elements);
+  geglu_mlp also saves h = gelu(gate) * up (T*H, the down GEMM's input, which w_down's
+  gradient needs): 3*T*H against eager's 4*T*H. Once gate/up are written out anyway,
+  fusing the activation into the gate/up GEMM saves only their re-read, and cuBLAS's
+  GEMMs are faster than the two-accumulator kernel, so this forward runs the gate/up
+  GEMMs on cuBLAS into one [T, 2*H] tensor and the elementwise GeGLU kernel on its
+  halves (TRAIN_GATE_UP_ON_CUBLAS = True; False: the fused Triton kernel writing h and
+  [gate | up]). The backward runs grad_h = grad @ w_down on cuBLAS, the elementwise
+  GeGLU backward on the saved halves (row-strided views, read in place) giving d_gate
+  and d_up, and the transposed products on cuBLAS. H100, blog shape 8192x768x3072,
+  one training step (benchmarks/results/profile_mlp_train_h100.log): GPU kernel time
+  628-636 us against eager's 737-740 (the fused Triton forward: 654); the step itself
+  is bound by the host issuing those kernels, which is why arch variants run all of it
+  as one compiled op (geglu_mlp_cublas, below: no Python between the kernels) and
+  eager autograd calls of the Python ops run as torch.autograd.Functions (_fastpath).
 - FUSED_SAVED_BACKWARD = True (module attribute, read per call; Triton devices only):
   geglu_mlp's backward is instead one fused GEMM, grad @ w_down, whose epilogue applies
   the GeGLU backward to the saved gate/up and writes d_gate, d_up, h and the bias sums:
