@@ -17,6 +17,11 @@ import torch
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
+def all_plain(*tensors) -> bool:
+    """No tensor subclass among the (possibly None) tensors."""
+    return all(t is None or type(t) in _PLAIN_TYPES for t in tensors)
+
+
 def eager_call_ok(*tensors) -> bool:
     """True when no compile tracing, meta tensor or tensor subclass needs the registered op."""
     if torch.compiler.is_compiling():

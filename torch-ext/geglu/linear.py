@@ -104,7 +104,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_approximate, check_same_device, check_same_dtype, check_shape, check_tensor
-from ._fastpath import autograd_function, direct_call_ok, eager_call_ok
+from ._fastpath import all_plain, autograd_function, direct_call_ok, eager_call_ok
 from ._ops import add_op_namespace_prefix, ops
 from .activation import NATIVE_DEVICE_TYPES, _eager_gelu_and_grad
 from .activation import geglu as _geglu_elementwise
@@ -790,14 +790,16 @@ if _NATIVE_MLP_DEVICE_TYPES:
 
 def _native_training_mlp(x: Tensor, w_gate: Tensor, w_down: Tensor, *tensors) -> bool:
     """Whether a training call of geglu_mlp runs as the compiled op: its device has the
-    native module, the switches ask for the cuBLAS route with the elementwise backward,
-    the problem is not empty, and nothing needs the Python op (compile, fake, meta)."""
+    native module (never "meta"; the arguments were checked to share x's device), the
+    switches ask for the cuBLAS route with the elementwise backward, the problem is not
+    empty, and nothing needs the Python op (compile tracing, tensor subclasses)."""
     return (
         x.device.type in _NATIVE_MLP_DEVICE_TYPES
         and TRAIN_GATE_UP_ON_CUBLAS
         and not FUSED_SAVED_BACKWARD
         and _nonempty(x, w_gate, w_down)
-        and eager_call_ok(x, w_gate, w_down, *tensors)
+        and not torch.compiler.is_compiling()
+        and all_plain(x, w_gate, w_down, *tensors)
     )
 
 
@@ -866,7 +868,8 @@ def _check_gate_up(x, w_gate, w_up, b_gate, b_up) -> int:
 
 
 def _rows(x: Tensor) -> Tensor:
-    return x.reshape(-1, x.shape[-1])
+    """x as [tokens, features]; a 2-d x as is (a reshape costs ~1 us of host time)."""
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
 
 
 def _saving_for_backward(*tensors) -> bool:
@@ -970,4 +973,4 @@ def geglu_mlp(
             y = _geglu_mlp_train(*args)[0]
     else:
         y = _geglu_mlp(*args)
-    return y.reshape(out_shape)
+    return y if x.dim() == 2 else y.reshape(out_shape)
