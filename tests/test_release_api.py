@@ -124,7 +124,7 @@ def test_compare_reports_removals_changes_and_additions():
     assert compare_python_api(old, old) == ([], [])
 
 
-def test_ops_defined_through_a_helper_take_the_schema_torch_infers():
+def test_ops_defined_through_a_helper_or_class_take_the_schema_torch_infers():
     linear = (
         "from typing import Optional, Tuple\nimport torch\nfrom torch import Tensor\n"
         "from ._ops import add_op_namespace_prefix, ops\n\n"
@@ -139,25 +139,18 @@ def test_ops_defined_through_a_helper_take_the_schema_torch_infers():
         "_lin = _define('lin', _lin_impl)\n"
         "torch.library.register_fake(add_op_namespace_prefix('not_a_definition'), _lin_impl)\n"
         "_scale = torch.library.custom_op(add_op_namespace_prefix('scale'), _scale_impl, mutates_args=('out',))\n"
-    )
-    ops = api_of(variant_files(NOARCH, **{"linear.py": linear}))["ops"]
-    assert ops["lin"] == 'lin(Tensor x, Tensor? b, float s=1.0, str mode="tanh") -> (Tensor, Tensor)'
-    assert ops["scale"] == "scale(Tensor(a0!) out, Tensor x, SymInt n) -> ()"
-    assert "not_a_definition" not in ops
-
-
-def test_ops_defined_by_a_class_constructor_take_the_schema_torch_infers():
-    linear = (
-        "import torch\nfrom torch import Tensor\n"
-        "from ._ops import add_op_namespace_prefix, ops\n\n"
+        # a class whose constructor defines the op (linear.py's _Op); `self` is not an argument
         "class _Op:\n"
         "    def __init__(self, name, impl, fake=None):\n"
         "        if not hasattr(ops, name):\n"
-        "            torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=())\n"
-        "        self.op = getattr(ops, name).default\n\n"
+        "            torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=())\n\n"
         "def _pair_impl(x: Tensor, n: int) -> tuple[Tensor, Tensor]:\n"
         "    return x, x\n\n"
         "_pair = _Op('pair', _pair_impl)\n"
     )
     ops = api_of(variant_files(NOARCH, **{"linear.py": linear}))["ops"]
+    assert ops["lin"] == 'lin(Tensor x, Tensor? b, float s=1.0, str mode="tanh") -> (Tensor, Tensor)'
+    assert ops["scale"] == "scale(Tensor(a0!) out, Tensor x, SymInt n) -> ()"
     assert ops["pair"] == "pair(Tensor x, SymInt n) -> (Tensor, Tensor)"
+    assert "not_a_definition" not in ops
+
