@@ -32,15 +32,7 @@ import sys
 import traceback
 from pathlib import Path
 
-# torch.compile's anchors compile in this process; inductor's pool of compile worker
-# processes would start and warm up in the background while later rows are timed.
-# Host-bound rows of ours read 2-7x their usual time in some H100 runs of 2026-11-22
-# (a 10 us case at 22-77 us). One compile thread, no pool, takes that suspect away;
-# it did not remove the variation (a later run on another machine varied as much), so
-# host-bound rows are best read across runs (benchmarks/results/README.md).
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-
-import torch  # noqa: E402
+import torch
 import torch._dynamo
 import torch.nn.functional as F
 

@@ -48,6 +48,11 @@ for stage in $stages; do
       run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 \
         python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda_kernels.py -k "not 2_31 and not large" ;;
     bench)
+      # torch.compile's anchors compile inside the benchmark processes; inductor's pool of
+      # compile worker processes would start and warm up in the background while later
+      # rows are timed. One compile thread, no pool, takes that suspect away (it did not
+      # remove the host-time variation between lent machines: benchmarks/results/README.md).
+      export TORCHINDUCTOR_COMPILE_THREADS=1
       for b in ${BENCHES:-compare_activation sweep_triton_activation compare_mlp compare_models}; do
         [ -f benchmarks/$b.py ] && run "$b" python3 benchmarks/$b.py
       done

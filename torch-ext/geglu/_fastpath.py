@@ -24,14 +24,9 @@ def all_plain(*tensors) -> bool:
 
 def eager_call_ok(*tensors) -> bool:
     """True when no compile tracing, meta tensor or tensor subclass needs the registered op."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not all_plain(*tensors):
         return False
-    for t in tensors:
-        if t is None:
-            continue
-        if type(t) not in _PLAIN_TYPES or t.device.type == "meta":
-            return False
-    return True
+    return not any(t is not None and t.device.type == "meta" for t in tensors)
 
 
 def direct_call_ok(*tensors) -> bool:
