@@ -70,6 +70,15 @@ STORAGE_TOLERANCE = {
 }
 
 
+# (rtol, atol) of the activation ops against a float64 reference: half an ulp of the
+# storage type plus float32 math error (test_activation, test_triton_activation).
+ACTIVATION_TOLERANCE = {
+    torch.float32: (2e-5, 2e-5),
+    torch.float16: (2e-3, 2e-4),
+    torch.bfloat16: (1.6e-2, 2e-3),
+}
+
+
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """An output buffer full of NaN, so any element a kernel fails to write shows."""
     return torch.full_like(t, float("nan"))

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import HAS_CUDA, poisoned_like
+from conftest import ACTIVATION_TOLERANCE, HAS_CUDA, poisoned_like
 
 CASES = [("cpu_kernel", "cpu", "native")]
 if HAS_CUDA:
@@ -31,16 +31,8 @@ def case(request):
     return request.getfixturevalue(fixture), device, backend
 
 
-def tol(dtype):
-    return {
-        torch.float32: (2e-5, 2e-5),
-        torch.float16: (2e-3, 2e-4),
-        torch.bfloat16: (1.6e-2, 2e-3),
-    }[dtype]
-
-
 def assert_close(actual, expected, dtype):
-    rtol, atol = tol(dtype)
+    rtol, atol = ACTIVATION_TOLERANCE[dtype]
     torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol)
 
 

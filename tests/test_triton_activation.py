@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import HAS_CUDA, poisoned_like
+from conftest import ACTIVATION_TOLERANCE, HAS_CUDA, poisoned_like
 
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -25,18 +25,8 @@ APPROX = ["tanh", "none"]
 SMALL_SHAPES = [(1, 1), (1, 7), (5, 16), (3, 33), (2, 3, 65), (9, 130), (4, 300)]
 
 
-def tol(dtype):
-    """(rtol, atol) against a float64 reference: half an ulp of the storage type plus
-    float32 math error."""
-    return {
-        torch.float32: (2e-5, 2e-5),
-        torch.float16: (2e-3, 2e-4),
-        torch.bfloat16: (1.6e-2, 2e-3),
-    }[dtype]
-
-
 def assert_close(actual, expected, dtype):
-    rtol, atol = tol(dtype)
+    rtol, atol = ACTIVATION_TOLERANCE[dtype]
     torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True)
 
 
