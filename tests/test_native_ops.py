@@ -390,6 +390,9 @@ def test_cpu_sources_are_listed_in_build_toml():
     )
 
 
+# The child runs only this package's ops on tensors the parent made (outputs poisoned
+# there): under ATEN_CPU_CAPABILITY=avx512 on a CPU without AVX-512, ATen's own kernels
+# would take that request at its word and die of SIGILL, while ours must not.
 CHILD = textwrap.dedent(
     """
     import os, sys, torch
@@ -398,9 +401,8 @@ CHILD = textwrap.dedent(
     ops = get_kernel(sys.argv[2], version=1, backend="cpu")._ops.ops
     inputs = torch.load(sys.argv[3])
     results = {"capability": torch.backends.cpu.get_cpu_capability()}
-    for key, (g, u, dy, x) in inputs.items():
-        for approximate in ("none", "tanh"):
-            out = torch.full(x.shape[:-1] + (x.shape[-1] // 2,), float("nan"), dtype=x.dtype)
+    for key, (g, u, dy, x, outs) in inputs.items():
+        for approximate, out in zip(("none", "tanh"), outs):
             (ops.gelu_and_mul if approximate == "none" else ops.gelu_tanh_and_mul)(out, x)
             results[key, approximate] = (
                 ops.geglu(g, u, approximate), *ops.geglu_backward(dy, g, u, approximate), out)
@@ -408,25 +410,28 @@ CHILD = textwrap.dedent(
     """
 )
 
+# What this CPU itself can run (cpuinfo, not ATen's possibly overridden choice).
+CPU_RUNS = {"default": True, "avx2": torch.cpu._is_avx2_supported(), "avx512": torch.cpu._is_avx512_supported()}
 
-@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
-def test_cpu_isa_variants(capability, cpu_kernel, tmp_path):
-    """Every compiled instruction-set variant (picked like ATen's, ATEN_CPU_CAPABILITY)."""
+
+def run_isa_child(capability, tmp_path):
+    """Runs CHILD under ATEN_CPU_CAPABILITY=capability; returns (results, inputs)."""
     inputs = {}
     for dtype in DTYPES:
         for width in (5, 37, 4097):
             g, u, dy = (randn((3, width), dtype, "cpu", seed) for seed in (20, 21, 22))
-            inputs[str(dtype), width] = (g, u, dy, torch.cat([g, u], dim=-1))
+            outs = [torch.full((3, width), float("nan"), dtype=dtype) for _ in range(2)]
+            inputs[str(dtype), width] = (g, u, dy, torch.cat([g, u], dim=-1), outs)
     torch.save(inputs, tmp_path / "in.pt")
     env = dict(os.environ, ATEN_CPU_CAPABILITY=capability)
     cmd = [sys.executable, "-c", CHILD, f"{REPO_ID}={REPO}", REPO_ID, tmp_path / "in.pt", tmp_path / "out.pt"]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    results = torch.load(tmp_path / "out.pt")
-    ran = {"no avx": "default"}.get(results["capability"].lower(), results["capability"].lower())
-    if ran != capability:  # ATen lowers a capability this CPU lacks
-        pytest.skip(f"this CPU runs {results['capability']}, not {capability}")
-    for (dtype, width), (g, u, dy, _) in inputs.items():
+    assert res.returncode == 0, f"returncode {res.returncode}: {res.stderr}"
+    return torch.load(tmp_path / "out.pt"), inputs
+
+
+def check_isa_results(results, inputs):
+    for (dtype, width), (g, u, dy, _, _) in inputs.items():
         dtype = getattr(torch, dtype.removeprefix("torch."))
         for approximate in APPROXIMATE:
             out, grad_gate, grad_up, merged_out = results[(str(dtype), width), approximate]
@@ -435,3 +440,23 @@ def test_cpu_isa_variants(capability, cpu_kernel, tmp_path):
             assert_close(merged_out, expected, dtype)
             assert_close(grad_gate, dy.double() * u.double() * gelu_grad_ref(g, approximate), dtype)
             assert_close(grad_up, dy.double() * gelu_ref(g, approximate), dtype)
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_cpu_isa_variants(capability, cpu_kernel, tmp_path):
+    """Every compiled instruction-set variant (picked like ATen's, ATEN_CPU_CAPABILITY)."""
+    if not CPU_RUNS[capability]:
+        pytest.skip(f"this CPU cannot run {capability} code")
+    results, inputs = run_isa_child(capability, tmp_path)
+    ran = {"no avx": "default"}.get(results["capability"].lower(), results["capability"].lower())
+    assert ran == capability, f"ATen ran {results['capability']} when asked for {capability}"
+    check_isa_results(results, inputs)
+
+
+def test_cpu_isa_request_beyond_this_cpu(cpu_kernel, tmp_path):
+    """ATEN_CPU_CAPABILITY=avx512 on a CPU without AVX-512: ATen believes it, our kernels
+    must not (they cap the request at what the CPU runs) and still compute correctly."""
+    if CPU_RUNS["avx512"]:
+        pytest.skip("this CPU runs AVX-512: no request beyond it to test")
+    results, inputs = run_isa_child("avx512", tmp_path)
+    check_isa_results(results, inputs)

@@ -7,6 +7,7 @@
 #define CPU_CAPABILITY DEFAULT
 #include "geglu_cpu_kernels.h"
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <string_view>
@@ -35,15 +36,32 @@ void register_kernels(Isa isa, const KernelTable *table) {
 
 namespace {
 
-// The widest registered kernels that ATen's CPU capability allows. Following ATen
-// (rather than probing the CPU ourselves) honours ATEN_CPU_CAPABILITY=default|avx2|...,
-// which is also how the tests reach every variant on one machine.
+// The widest instruction set this CPU and its OS can run (AVX-512 F/BW/VL/DQ and AVX2
+// + FMA + F16C are what the two wide files are compiled for). libgcc's probe also
+// checks that the OS saves the vector registers (XCR0).
+int cpu_level() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    return static_cast<int>(Isa::kAvx512);
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return static_cast<int>(Isa::kAvx2);
+  }
+  return static_cast<int>(Isa::kBaseline);
+}
+
+// The widest registered kernels that ATen's CPU capability allows and the CPU can run.
+// Following ATen honours ATEN_CPU_CAPABILITY=default|avx2|... (how the tests reach every
+// variant on one machine); ATen takes that variable at its word, so the CPU's own
+// level caps it: asking for avx512 on an AVX2-only CPU runs the AVX2 kernels, not SIGILL.
 const KernelTable &kernels() {
   static const KernelTable *const chosen = [] {
     const std::string capability = at::get_cpu_capability();
     int level = capability == "AVX512" ? static_cast<int>(Isa::kAvx512)
                 : capability == "AVX2" ? static_cast<int>(Isa::kAvx2)
                                        : static_cast<int>(Isa::kBaseline);
+    level = std::min(level, cpu_level());
     for (; level > 0; --level) {
       if (const KernelTable *table = registered_tables()[level]) {
         return table;
