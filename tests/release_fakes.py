@@ -3,6 +3,7 @@
 Variants are made of small but real package files (an `__init__.py` with `__all__`,
 functions, `layers.py`, and a stand-in native module carrying op schema strings the
 way a compiled one does), so the API description is computed exactly as for a build.
+Both the Python and the native ops include a public op and an internal (`_`) one.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def define(name, schema, impl, mutates_args=()):
     return torch.library.custom_op(add_op_namespace_prefix(name), impl, mutates_args=mutates_args, schema=schema)
 
 
+# A public op defined in Python (its name has no leading `_`), and an internal one.
 define("geglu_triton", "(Tensor gate, Tensor up, str approximate) -> Tensor", _impl)
+define("_geglu_triton_backward", "(Tensor grad, Tensor gate, Tensor up, str approximate) -> (Tensor, Tensor)", _impl)
 '''
 LAYERS = '''import torch.nn as nn
 
@@ -82,9 +85,11 @@ class _Helper(nn.Module):
     def forward(self, x):
         return x
 '''
+# Two public native ops and an internal (`_`-prefixed) one.
 NATIVE = (
     b"\x7fELF junk\x00gelu_and_mul(Tensor! out, Tensor input) -> ()\x00"
     b"geglu(Tensor gate, Tensor up, str approximate) -> Tensor\x00more junk\x00"
+    b"_linear_epilogue(Tensor x, Tensor? bias, str approximate) -> Tensor\x00"
 )
 
 

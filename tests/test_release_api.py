@@ -3,7 +3,7 @@
 import ast
 
 import pytest
-from release_fakes import CPU, NOARCH, variant_files
+from release_fakes import COMMIT_B, CPU, KERNEL, NATIVE, NOARCH, REPO_ID, branch, local_variant, remote_of, variant_files
 
 from tools.release_api import (
     _param_changes,
@@ -11,9 +11,11 @@ from tools.release_api import (
     compare_ops,
     compare_python_api,
     describe_api,
+    is_public_op,
     native_ops,
     signature_text,
 )
+from tools.release_plan import plan_release
 
 
 def api_of(files):
@@ -36,15 +38,18 @@ def test_describes_all_signatures_layers_and_ops():
     assert set(api["layers"]) == {"GeGLUMLP", "GeluTanh"}  # _Helper is private
     assert api["layers"]["GeGLUMLP"]["text"] == "(x)" and api["layers"]["GeGLUMLP"]["can_torch_compile"] is True
     assert api["layers"]["GeluTanh"]["has_backward"] is False
+    # Internal (`_`) ops are described too, for information; the gate skips them.
     assert api["ops"] == {
         "geglu": "geglu(Tensor gate, Tensor up, str approximate) -> Tensor",
         "gelu_and_mul": "gelu_and_mul(Tensor! out, Tensor input) -> ()",
+        "_linear_epilogue": "_linear_epilogue(Tensor x, Tensor? bias, str approximate) -> Tensor",
         "geglu_triton": "geglu_triton(Tensor gate, Tensor up, str approximate) -> Tensor",
+        "_geglu_triton_backward": "_geglu_triton_backward(Tensor grad, Tensor gate, Tensor up, str approximate) -> (Tensor, Tensor)",
     }
 
 
 def test_noarch_variant_has_only_python_ops():
-    assert set(api_of(variant_files(NOARCH))["ops"]) == {"geglu_triton"}
+    assert set(api_of(variant_files(NOARCH))["ops"]) == {"geglu_triton", "_geglu_triton_backward"}
 
 
 def test_custom_op_decorator_schemas():
@@ -154,3 +159,79 @@ def test_ops_defined_through_a_helper_or_class_take_the_schema_torch_infers():
     assert ops["pair"] == "pair(Tensor x, SymInt n) -> (Tensor, Tensor)"
     assert "not_a_definition" not in ops
 
+
+
+# --------------------------------------------------------------------------- the gate policy
+
+SO = "_geglu_cpu_abc1234.abi3.so"
+
+
+def _edit(rel: str, old: str | bytes, new: str | bytes) -> dict:
+    data = variant_files(CPU)[rel]
+    old, new = (x.encode() if isinstance(x, str) else x for x in (old, new))
+    assert old in data, (rel, old)
+    return {rel: data.replace(old, new)}
+
+
+def gate(old: dict, new: dict) -> list[str]:
+    """The breaks tools/release_plan.py refuses within a version branch."""
+    return compare_python_api(old, new)[0] + compare_ops(old, new)
+
+
+def test_public_op_names():
+    assert is_public_op("gelu_and_mul") and is_public_op("geglu_backward") and is_public_op("geglu.out")
+    assert not is_public_op("_linear_epilogue") and not is_public_op("_geglu_mlp_cublas") and not is_public_op("_geglu_triton.default")
+
+
+INTERNAL = b"_linear_epilogue(Tensor x, Tensor? bias, str approximate) -> Tensor\x00"
+PY_INTERNAL = '"(Tensor grad, Tensor gate, Tensor up, str approximate) -> (Tensor, Tensor)"'
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _edit(SO, INTERNAL, b""),  # native internal op removed
+        _edit(SO, INTERNAL, INTERNAL.replace(b"Tensor? bias, ", b"")),  # its schema changed
+        _edit(SO, b"_linear_epilogue(", b"_linear_epilogue_v2("),  # renamed
+        _edit("activation.py", PY_INTERNAL, '"(Tensor grad, Tensor gate) -> Tensor"'),  # Python internal op changed
+        _edit("activation.py", "define(\"_geglu_triton_backward\"", "(\"_geglu_triton_backward\""),  # removed
+    ],
+    ids=["native-removed", "native-changed", "native-renamed", "python-changed", "python-removed"],
+)
+def test_internal_op_changes_pass_the_gate(edit):
+    old, new = api_of(variant_files(CPU)), api_of(variant_files(CPU, **edit))
+    assert new["errors"] == [] and new["ops"] != old["ops"]
+    assert gate(old, new) == []
+    # ... and so does the whole release decision.
+    p = plan_release({CPU: local_variant(CPU, variant_files(CPU, **edit), commit=COMMIT_B)},
+                     branch(remote_of(local_variant(CPU))), repo_id=REPO_ID, kernel_name=KERNEL, version=1)
+    assert p.ok, p.render()
+
+
+@pytest.mark.parametrize(
+    "edit, expect",
+    [
+        (_edit(SO, b"geglu(Tensor gate, Tensor up, str approximate) -> Tensor\x00", b""), "op `geglu` removed"),
+        (_edit(SO, b"gelu_and_mul(Tensor! out, Tensor input)", b"gelu_and_mul(Tensor! out, Tensor input, float s)"),
+         "op schema changed: `gelu_and_mul("),
+        (_edit(SO, b"geglu(", b"_geglu("), "op `geglu` removed"),  # made internal = removed from the promise
+        (_edit("activation.py", '"(Tensor gate, Tensor up, str approximate) -> Tensor"', '"(Tensor gate, Tensor up) -> Tensor"'),
+         "op schema changed: `geglu_triton("),  # a public op defined in Python
+        ({"__init__.py": variant_files(CPU)["__init__.py"].replace(b'"gelu", ', b"")}, "`gelu` removed from __all__"),
+        (_edit("activation.py", "def gelu(out, x)", "def gelu(out, x, scale)"), "new required parameter `scale`"),
+        (_edit("activation.py", 'approximate="tanh"', 'approximate="none"'), "default of `approximate` changed"),
+        (_edit("layers.py", "class GeluTanh(nn.Module)", "class _GeluTanh(nn.Module)"), "layer `GeluTanh` removed"),
+        (_edit("layers.py", "def forward(self, x):\n        return geglu", "def forward(self, y):\n        return geglu"),
+         "layer `GeGLUMLP.forward(x)` -> `(y)`: parameter `x` renamed"),
+        (_edit("layers.py", "can_torch_compile = True", "can_torch_compile = False"), "can_torch_compile changed from True to False"),
+    ],
+    ids=["op-removed", "op-changed", "op-made-internal", "python-op-changed", "function-removed", "function-changed",
+         "default-changed", "layer-removed", "layer-forward-changed", "layer-flag-changed"],
+)
+def test_public_api_changes_fail_the_gate(edit, expect):
+    old, new = api_of(variant_files(CPU)), api_of(variant_files(CPU, **edit))
+    breaks = gate(old, new)
+    assert any(expect in b for b in breaks), breaks
+    p = plan_release({CPU: local_variant(CPU, variant_files(CPU, **edit), commit=COMMIT_B)},
+                     branch(remote_of(local_variant(CPU))), repo_id=REPO_ID, kernel_name=KERNEL, version=1)
+    assert {r.code for r in p.refusals} == {"api-break"} and any(expect in r.message for r in p.refusals), p.render()

@@ -2,24 +2,33 @@
 
 A version branch `v<N>` promises that nothing a user can call disappears or changes
 meaning, so the publish command compares the API of what it uploads with the API of
-what the branch already has. That API is:
+what the branch already has. The policy: public is what a user is told to call, and
+the gate (`compare_python_api`, `compare_ops`) checks only that:
 
 - `__all__` of the variant's `__init__.py`, and the signature of every public function
   (parameter names, kinds and default values, resolved through the package's relative
   imports);
 - the layers: public `nn.Module` subclasses of `layers.py`, with their `forward`
   signature and the `has_backward` / `can_torch_compile` flags `kernelize` reads;
-- the op schemas registered under the build's namespace: native ops from the schema
-  strings in the compiled module (`ops.def("name(...) -> ...")` literals survive
-  compilation verbatim), Python custom ops from their `(...) -> ...` schema literals or,
-  without one, inferred from the implementation's annotations as `custom_op` infers
-  them (direct calls, decorators, and one level of helper such as `_define(name, impl)`
-  or a class whose `__init__(self, name, impl, ...)` defines the op).
+- the public ops: every op whose name does not start with `_` (`is_public_op`). These
+  are the documented kernels-community-style ops users call through `kernel.ops` /
+  `_ops.ops` (the native `gelu_and_mul`, `gelu_tanh_and_mul`, `gelu`, `gelu_tanh`,
+  `geglu`, `geglu_backward`); their name must not disappear and their schema must not
+  change. Ops named `_...` (`_geglu_triton`, `_linear_epilogue`, `_geglu_mlp_cublas`,
+  ...) are internal helpers of the Python API: they are listed in the description for
+  information, but removing or changing one never fails the gate.
+
+Every op schema registered under the build's namespace is read: native ops from the
+schema strings in the compiled module (`ops.def("name(...) -> ...")` literals survive
+compilation verbatim), Python custom ops from their `(...) -> ...` schema literals or,
+without one, inferred from the implementation's annotations as `custom_op` infers them
+(direct calls, decorators, and one level of helper such as `_define(name, impl)` or a
+class whose `__init__(self, name, impl, ...)` defines the op).
 
 Why statically: it works the same for every variant (any torch, any CUDA, aarch64),
 for the local build and for files downloaded from the Hub, and never executes code
-fetched from the Hub. tests/test_release_api.py cross-checks the op schemas against
-what torch registers when the local CPU variant is imported.
+fetched from the Hub. tests/test_release.py cross-checks the op schemas against what
+torch registers when the local CPU variant is imported.
 """
 
 from __future__ import annotations
@@ -44,6 +53,12 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def _norm(schema: str) -> str:
     return " ".join(schema.split())
+
+
+def is_public_op(name: str) -> bool:
+    """Whether the op `name` (`op` or `op.overload`) is public: its name does not start
+    with `_`. Internal (`_`-prefixed) ops are outside the version branch's promise."""
+    return not name.startswith("_")
 
 
 # --------------------------------------------------------------------------- signatures
@@ -336,7 +351,8 @@ def native_ops(blob: bytes) -> dict[str, str]:
 
 
 def describe_api(files: Mapping[str, bytes]) -> dict:
-    """The public API of one variant, from its files (relpath -> content)."""
+    """The public API of one variant, from its files (relpath -> content). `ops` lists
+    every op the variant registers, internal (`_`) ones included for information."""
     pkg = _Package(files)
     init = pkg.module("__init__")
     api: dict = {"all": [], "entries": {}, "layers": {}, "ops": {}, "errors": []}
@@ -459,9 +475,12 @@ def compare_python_api(old: dict, new: dict) -> tuple[list[str], list[str]]:
 
 
 def compare_ops(old: dict, new: dict) -> list[str]:
-    """Ops of `old` that `new` drops or whose schema it changes (additions are fine)."""
+    """Public ops of `old` that `new` drops or whose schema it changes (additions are
+    fine; internal `_` ops are not compared: see `is_public_op`)."""
     breaks = []
     for name, schema in old["ops"].items():
+        if not is_public_op(name):
+            continue
         if name not in new["ops"]:
             breaks.append(f"op `{name}` removed (was `{schema}`)")
         elif new["ops"][name] != schema:

@@ -14,7 +14,8 @@ refuses to:
 - overwrite a branch that holds another kernel;
 - drop a variant the branch has, or CUDA archs a replaced variant had;
 - remove or change anything of the branch's public API (`__all__`, signatures, layers,
-  op schemas): that needs version N+1;
+  schemas of ops not named `_...`; internal `_` ops are free to change, see
+  tools/release_api.py): that needs version N+1;
 - add public API while variants built from older sources stay on the branch (they
   would lack it): rebuild every variant, or publish as version N+1.
 Version 0 is for unstable kernels: there API changes and drops are only warnings.
