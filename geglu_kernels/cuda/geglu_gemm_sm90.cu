@@ -1,0 +1,299 @@
+// Fused GeGLU GEMM for Hopper (sm_90a) on CUTLASS 3.x / CuTe: kernels and the C launcher.
+// See geglu_gemm_sm90.cuh for the design and geglu_gemm_sm90.h for the ABI.
+//
+// Build: nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 --expt-relaxed-constexpr
+//        -O3 -DNDEBUG -I<cutlass>/include (tools/sm90_gemm/build.sh).
+
+#include "geglu_gemm_sm90.h"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/gemm/gemm.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/device_kernel.h"
+
+#include "geglu_gemm_sm90.cuh"
+
+namespace geglu_sm90 {
+
+template <class Element, int BM, int BN, class Schedule, int ClusterM>
+struct GegluGemm {
+  static constexpr int kBN = BN;
+  using TileShape = Shape<Int<BM>, Int<2 * BN>, Int<64>>;
+  using ClusterShape = Shape<Int<ClusterM>, _1, _1>;
+  using Epilogue = GegluEpilogue<Element, BN>;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
+  using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      Element, cutlass::layout::RowMajor, 8,     // A = x [M, K], K contiguous
+      Element, cutlass::layout::ColumnMajor, 8,  // B = W [N, K], K contiguous
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>,
+      Schedule>::CollectiveOp;
+  using Mainloop = GegluMainloopSm90<MainloopBase, BN>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop,
+                                                      CollectiveEpilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+  using Params = typename Kernel::Params;
+};
+
+struct LaunchArgs {
+  const void* x;
+  int64_t M, K, ldx;
+  const void* wg;
+  const void* wu;
+  int64_t ldw;
+  const void* bg;
+  const void* bu;
+  void* out;
+  int64_t H, ldo;
+  int approximate;
+};
+
+inline bool same_args(LaunchArgs const& a, LaunchArgs const& b) {
+  return std::memcmp(&a, &b, sizeof(LaunchArgs)) == 0;
+}
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int major = 0, minor = 0;
+};
+
+constexpr int kMaxDevices = 64;
+DeviceInfo g_devices[kMaxDevices];
+std::once_flag g_device_once[kMaxDevices];
+
+inline DeviceInfo const* device_info(int dev) {
+  if (dev < 0 || dev >= kMaxDevices) return nullptr;
+  std::call_once(g_device_once[dev], [dev] {
+    DeviceInfo d;
+    cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaGetLastError();
+    g_devices[dev] = d;
+  });
+  return &g_devices[dev];
+}
+
+// Per kernel variant: the smem attribute (once per device) and a small cache of built
+// params (TMA descriptors are encoded on the host: ~microseconds each).
+template <class Gemm>
+struct Runner {
+  using Kernel = typename Gemm::Kernel;
+  using Params = typename Gemm::Params;
+  static constexpr int kCache = 8;
+  struct Entry {
+    bool valid = false;
+    int device = -1;
+    LaunchArgs args{};
+    Params params{};
+  };
+
+  static int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
+    static std::atomic<bool> attr_set[kMaxDevices];
+    static std::mutex mu;
+    static Entry cache[kCache];
+    static int next_slot = 0;
+
+    if (!attr_set[device].load(std::memory_order_acquire)) {
+      int smem = Kernel::SharedStorageSize;
+      if (cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               smem) != cudaSuccess) {
+        return GEGLU_SM90_ERR_CUDA;
+      }
+      attr_set[device].store(true, std::memory_order_release);
+    }
+
+    Params params;
+    bool hit = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& e : cache) {
+        if (e.valid && e.device == device && same_args(e.args, a)) {
+          params = e.params;
+          hit = true;
+          break;
+        }
+      }
+    }
+    if (!hit) {
+      using Element = typename Gemm::Epilogue::Element;
+      typename Kernel::Arguments args{};
+      args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+      args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
+      auto& ml = args.mainloop;
+      ml.ptr_A = static_cast<Element const*>(a.x);
+      ml.dA = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
+      ml.ptr_Bg = static_cast<Element const*>(a.wg);
+      ml.ptr_Bu = static_cast<Element const*>(a.wu);
+      ml.dB = make_stride(a.ldw, Int<1>{}, a.H * a.ldw);
+      auto& ep = args.epilogue;
+      ep.ptr_out = static_cast<Element*>(a.out);
+      ep.ldo = a.ldo;
+      ep.bias_g = static_cast<Element const*>(a.bg);
+      ep.bias_u = static_cast<Element const*>(a.bu);
+      ep.approximate = a.approximate;
+      args.hw_info.device_id = device;
+      args.hw_info.sm_count = sm_count;
+      if (!Kernel::can_implement(args)) return GEGLU_SM90_ERR_CUTLASS;
+      if (Kernel::get_workspace_size(args) != 0) return GEGLU_SM90_ERR_CUTLASS;
+      params = Kernel::to_underlying_arguments(args, nullptr);
+      std::lock_guard<std::mutex> lock(mu);
+      Entry& e = cache[next_slot];
+      next_slot = (next_slot + 1) % kCache;
+      e.valid = true;
+      e.device = device;
+      e.args = a;
+      e.params = params;
+    }
+
+    dim3 grid = Kernel::get_grid_shape(params);
+    dim3 block = Kernel::get_block_shape();
+    constexpr int cluster_m = size<0>(typename Gemm::ClusterShape{});
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    if constexpr (cluster_m > 1) {
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = cluster_m;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+    }
+    void* kargs[] = {&params};
+    if (cudaLaunchKernelExC(&cfg, reinterpret_cast<void const*>(cutlass::device_kernel<Kernel>), kargs) !=
+        cudaSuccess) {
+      return GEGLU_SM90_ERR_CUDA;
+    }
+    return GEGLU_SM90_OK;
+  }
+};
+
+using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+
+// The variants. BN = output columns per tile; the wgmma N is 2*BN.
+#ifdef GEGLU_SM90_QUICK  // development: one variant, compiles in a fraction of the time
+#define GEGLU_SM90_CONFIGS(X) \
+  X(0, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1)
+#else
+#define GEGLU_SM90_CONFIGS(X)                                                 \
+  X(0, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1) \
+  X(1, "pingpong_64x(2x128)x64_c1", 64, 128, KernelTmaWarpSpecializedPingpong, 1)  \
+  X(2, "pingpong_128x(2x64)x64_c1", 128, 64, KernelTmaWarpSpecializedPingpong, 1)  \
+  X(3, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2)
+#endif
+
+#define GEGLU_SM90_COUNT(id, name, bm, bn, sched, cm) +1
+constexpr int kNumConfigs = 0 GEGLU_SM90_CONFIGS(GEGLU_SM90_COUNT);
+
+#define GEGLU_SM90_NAME(id, name, bm, bn, sched, cm) name,
+const char* const kConfigNames[] = {GEGLU_SM90_CONFIGS(GEGLU_SM90_NAME)};
+
+template <class Element>
+int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
+  switch (config) {
+#define GEGLU_SM90_CASE(id, name, bm, bn, sched, cm) \
+  case id:                                           \
+    return Runner<GegluGemm<Element, bm, bn, sched, cm>>::run(a, device, sm_count, stream);
+    GEGLU_SM90_CONFIGS(GEGLU_SM90_CASE)
+#undef GEGLU_SM90_CASE
+    default:
+      return GEGLU_SM90_ERR_CONFIG;
+  }
+}
+
+int pick_config(int64_t M, int64_t K, int64_t H) {
+  (void)M;
+  (void)K;
+  (void)H;
+  return 0;
+}
+
+}  // namespace geglu_sm90
+
+extern "C" {
+
+const char* geglu_gemm_sm90_status_string(int status) {
+  switch (status) {
+    case GEGLU_SM90_OK: return "ok";
+    case GEGLU_SM90_ERR_DTYPE: return "unsupported dtype (bf16 and fp16 only)";
+    case GEGLU_SM90_ERR_SHAPE: return "unsupported shape (need K >= 1, H >= 1, sizes < 2^31, ldx >= K, ldw >= K, ldo >= H)";
+    case GEGLU_SM90_ERR_STRIDE: return "unsupported strides (K, ldx, ldw, ldo times element size must be multiples of 16 bytes)";
+    case GEGLU_SM90_ERR_ALIGN: return "unsupported pointer alignment (x, w_gate, w_up, out must be 16-byte aligned and non-null)";
+    case GEGLU_SM90_ERR_DEVICE: return "current device is not sm_90 (Hopper)";
+    case GEGLU_SM90_ERR_CONFIG: return "config index out of range";
+    case GEGLU_SM90_ERR_CUTLASS: return "CUTLASS rejected the problem";
+    case GEGLU_SM90_ERR_CUDA: return "CUDA error at launch";
+    case GEGLU_SM90_ERR_NOT_BUILT: return "built without sm_90a kernels";
+    default: return "unknown status";
+  }
+}
+
+int geglu_gemm_sm90_num_configs(void) { return geglu_sm90::kNumConfigs; }
+
+const char* geglu_gemm_sm90_config_name(int config) {
+  if (config < 0 || config >= geglu_sm90::kNumConfigs) return "";
+  return geglu_sm90::kConfigNames[config];
+}
+
+int geglu_gemm_sm90_pick_config(int64_t M, int64_t K, int64_t H, int dtype) {
+  (void)dtype;
+  return geglu_sm90::pick_config(M, K, H);
+}
+
+int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
+                    const void* w_gate, const void* w_up, int64_t ldw,
+                    const void* b_gate, const void* b_up,
+                    void* out, int64_t H, int64_t ldo,
+                    int dtype, int approximate, int config, void* stream) {
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+  // 2H is the problem N (int32) and M*ldx, H*ldw index the batch stride.
+  if (M < 0 || K < 1 || H < 1 || M > kMax || K > kMax || 2 * H > kMax) return GEGLU_SM90_ERR_SHAPE;
+  if (ldx < K || ldw < K || ldo < H) return GEGLU_SM90_ERR_SHAPE;
+  if (M == 0) return GEGLU_SM90_OK;
+  const int64_t elem = 2;
+  if ((K * elem) % 16 || (ldx * elem) % 16 || (ldw * elem) % 16 || (ldo * elem) % 16) {
+    return GEGLU_SM90_ERR_STRIDE;
+  }
+  auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
+  if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || misaligned(out)) return GEGLU_SM90_ERR_ALIGN;
+  if (config < -1 || config >= geglu_sm90::kNumConfigs) return GEGLU_SM90_ERR_CONFIG;
+
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return GEGLU_SM90_ERR_DEVICE;
+  }
+  geglu_sm90::DeviceInfo const* info = geglu_sm90::device_info(device);
+  if (info == nullptr || info->major != 9 || info->minor != 0) return GEGLU_SM90_ERR_DEVICE;
+
+  if (config < 0) config = geglu_sm90::pick_config(M, K, H);
+  geglu_sm90::LaunchArgs a{x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo, approximate ? 1 : 0};
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == GEGLU_SM90_BF16) {
+    return geglu_sm90::dispatch<cutlass::bfloat16_t>(config, a, device, info->sm_count, s);
+  }
+#ifdef GEGLU_SM90_QUICK
+  return GEGLU_SM90_ERR_NOT_BUILT;
+#else
+  return geglu_sm90::dispatch<cutlass::half_t>(config, a, device, info->sm_count, s);
+#endif
+}
+
+}  // extern "C"

@@ -1,0 +1,379 @@
+#pragma once
+// Collectives for the fused GeGLU GEMM on Hopper (sm_90a):
+//
+//   out[M, H] = gelu(x @ Wg^T + bg) * (x @ Wu^T + bu)
+//
+// One CUTLASS 3.x warp-specialized persistent kernel (Pingpong or Cooperative) whose
+// CTA tile has N = 2*BN accumulator columns: columns [0, BN) hold x @ Wg[h0:h0+BN]^T
+// and columns [BN, 2BN) hold x @ Wu[h0:h0+BN]^T, for the output columns
+// [h0, h0+BN). One wgmma accumulator (N = 2*BN <= 256) carries both halves.
+//
+// Mainloop (GegluMainloopSm90): the stock sm90 TMA/wgmma warp-specialized mainloop
+// (its smem layouts, pipeline and consumer loop are reused as they are), with the B
+// operand read through two TMA descriptors, one over Wg [H, K] and one over Wu [H, K]
+// (any two 16-byte-aligned pointers: a merged [2H, K] weight is Wu = Wg + H*ldw). Each
+// k-step the producer issues three TMA loads into one pipeline stage: the A tile, the
+// gate rows into smem B rows [0, BN) and the up rows into smem B rows [BN, 2BN). Rows
+// past H are zero-filled by TMA (per descriptor), so H needs no alignment to the tile.
+//
+// Epilogue (GegluEpilogue): register-level, after the model of
+// cutlass::epilogue::collective::DefaultEpilogue, wrapped for the warp-specialized
+// kernels by Sm90TmaWarpSpecializedAdapter. In the sm90 wgmma accumulator layout each
+// thread holds every 8-column block of the tile's N, so the gate value of column n and
+// the up value of column n + BN sit in the same thread: gelu(gate + bg) * (up + bu) is
+// formed in float32 in registers and written (2 adjacent bf16/fp16 per store).
+
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/detail.hpp"
+
+#include "gelu_math.cuh"
+
+namespace geglu_sm90 {
+
+using namespace cute;
+
+// ---------------------------------------------------------------------------------
+// Mainloop: stock sm90 warp-specialized TMA mainloop, B from two descriptors.
+// ---------------------------------------------------------------------------------
+template <class Base, int BN>
+struct GegluMainloopSm90 : Base {
+  using typename Base::TileShape;
+  using typename Base::ElementA;
+  using typename Base::ElementB;
+  using typename Base::StrideA;
+  using typename Base::StrideB;
+  using typename Base::DispatchPolicy;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::SmemLayoutAtomB;
+  using typename Base::GmemTiledCopyA;
+  using typename Base::GmemTiledCopyB;
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::TensorStorage;
+  using typename Base::InternalElementA;
+  using typename Base::InternalElementB;
+  using ClusterShape = typename DispatchPolicy::ClusterShape;
+
+  static constexpr int BM = size<0>(TileShape{});
+  static constexpr int BK = size<2>(TileShape{});
+  static_assert(size<1>(TileShape{}) == 2 * BN, "CTA N tile must be gate block + up block");
+  static_assert(BN % 16 == 0, "half tile must keep the 128B swizzle period");
+  static_assert(BK * sizeof_bits_v<ElementB> == 64 * 16,
+                "one 128B swizzle atom per row in K: each half tile is then contiguous in smem");
+
+  using TileShapeHalf = Shape<Int<BM>, Int<BN>, Int<BK>>;
+  // Smem layout of one half (gate or up) of one stage of B. With one swizzle atom per
+  // row in K, rows [h*BN, h*BN+BN) of a stage of SmemLayoutB are exactly this layout
+  // at element offset h*BN*BK (checked below).
+  using SmemLayoutBHalf = decltype(tile_to_shape(SmemLayoutAtomB{}, make_shape(Int<BN>{}, Int<BK>{})));
+  static constexpr int kStageElemsB = 2 * BN * BK;
+  static constexpr int kHalfElemsB = BN * BK;
+  static_assert(cosize_v<SmemLayoutBHalf> == kHalfElemsB, "half tile must be dense");
+  static_assert(SmemLayoutB{}(0, 0, 1) == kStageElemsB, "stage stride of B smem");
+  static_assert(SmemLayoutB{}(BN, 0, 0) == kHalfElemsB, "up half of B smem starts at BN*BK");
+  static_assert(SmemLayoutB{}(BN + 9, 17, 0) == kHalfElemsB + SmemLayoutBHalf{}(9, 17),
+                "up half of B smem has the half-tile layout");
+
+  struct Arguments {
+    ElementA const* ptr_A;
+    StrideA dA;
+    ElementB const* ptr_Bg;  // gate weight [H, K], row stride get<0>(dB)
+    ElementB const* ptr_Bu;  // up weight   [H, K], same strides
+    StrideB dB;
+  };
+
+  using TMA_BH = decltype(make_tma_copy_B_sm90(
+      GmemTiledCopyB{},
+      make_tensor(static_cast<InternalElementB const*>(nullptr), repeat_like(StrideB{}, int32_t(0)), StrideB{}),
+      SmemLayoutBHalf{}, TileShapeHalf{}, ClusterShape{}));
+
+  // Inherits the stock Params (its TMA_A, transaction byte counts; its TMA_B is unused)
+  // so that the stock consumer (Base::mma) can be called as it is.
+  struct Params : Base::Params {
+    TMA_BH tma_load_bg;
+    TMA_BH tma_load_bu;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args,
+                                        void* workspace) {
+    (void)workspace;
+    auto problem_shape_MNKL = append<4>(problem_shape, 1);
+    auto [M, N, K, L] = problem_shape_MNKL;
+    auto H = N / 2;  // problem N is 2H: gate and up columns of the accumulator
+    auto ptr_A = reinterpret_cast<InternalElementA const*>(args.ptr_A);
+    auto ptr_Bg = reinterpret_cast<InternalElementB const*>(args.ptr_Bg);
+    auto ptr_Bu = reinterpret_cast<InternalElementB const*>(args.ptr_Bu);
+    Tensor tensor_a = make_tensor(ptr_A, make_layout(make_shape(M, K, L), args.dA));
+    Tensor tensor_bg = make_tensor(ptr_Bg, make_layout(make_shape(H, K, L), args.dB));
+    Tensor tensor_bu = make_tensor(ptr_Bu, make_layout(make_shape(H, K, L), args.dB));
+    Params p;
+    p.tma_load_a = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_a, SmemLayoutA{}(_, _, Int<0>{}),
+                                        TileShape{}, ClusterShape{});
+    p.tma_load_bg = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_bg, SmemLayoutBHalf{},
+                                         TileShapeHalf{}, ClusterShape{});
+    p.tma_load_bu = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_bu, SmemLayoutBHalf{},
+                                         TileShapeHalf{}, ClusterShape{});
+    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;
+    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;  // both halves together
+    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    return p;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
+    // The launcher checks alignment (16 B pointers and row strides) before this.
+    (void)problem_shape;
+    (void)args;
+    return true;
+  }
+
+  CUTLASS_DEVICE
+  static void prefetch_tma_descriptors(Params const& p) {
+    cute::prefetch_tma_descriptor(p.tma_load_a.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_load_bg.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_load_bu.get_tma_descriptor());
+  }
+
+  // Returns (gA_mkl, gBg_nkl, gBu_nkl). The kernel reads only the n and l extents of
+  // the second: ceil(H / BN) n tiles, equal to the scheduler's ceil(2H / 2BN).
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
+    using X = Underscore;
+    auto [M, N, K, L] = problem_shape_MNKL;
+    auto H = N / 2;
+    Tensor mA_mkl = p.tma_load_a.get_tma_tensor(make_shape(M, K, L));
+    Tensor mBg_nkl = p.tma_load_bg.get_tma_tensor(make_shape(H, K, L));
+    Tensor mBu_nkl = p.tma_load_bu.get_tma_tensor(make_shape(H, K, L));
+    Tensor gA_mkl = local_tile(mA_mkl, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});
+    Tensor gBg_nkl = local_tile(mBg_nkl, TileShapeHalf{}, make_coord(_, _, _), Step<X, _1, _1>{});
+    Tensor gBu_nkl = local_tile(mBu_nkl, TileShapeHalf{}, make_coord(_, _, _), Step<X, _1, _1>{});
+    return cute::make_tuple(gA_mkl, gBg_nkl, gBu_nkl);
+  }
+
+  // Producer: per k tile, A into stage A, gate rows into B rows [0, BN), up rows into
+  // B rows [BN, 2BN) of the same stage, all three on the stage's transaction barrier.
+  template <class TensorA, class TensorBg, class TensorBu, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& p, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           cute::tuple<TensorA, TensorBg, TensorBu> const& load_inputs,
+                           BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count,
+                           int thread_idx, uint32_t block_rank_in_cluster,
+                           TensorStorage& shared_tensors) {
+    (void)thread_idx;
+    int lane_predicate = cute::elect_one_sync();
+    if (!lane_predicate) return;
+
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
+    auto* smem_b = shared_tensors.smem_B.data();
+
+    constexpr uint32_t cluster_shape_x = get<0>(ClusterShape());
+    uint2 cluster_local_block_id = {block_rank_in_cluster % cluster_shape_x,
+                                    block_rank_in_cluster / cluster_shape_x};
+
+    auto block_tma_a = p.tma_load_a.get_slice(cluster_local_block_id.y);
+    auto block_tma_bg = p.tma_load_bg.get_slice(cluster_local_block_id.x);
+    auto block_tma_bu = p.tma_load_bu.get_slice(cluster_local_block_id.x);
+
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    Tensor gA = get<0>(load_inputs)(_, _, m_coord, _, l_coord);   // (BM, BK, k)
+    Tensor gBg = get<1>(load_inputs)(_, _, n_coord, _, l_coord);  // (BN, BK, k)
+    Tensor gBu = get<2>(load_inputs)(_, _, n_coord, _, l_coord);  // (BN, BK, k)
+
+    Tensor tAgA = block_tma_a.partition_S(gA);
+    Tensor tAsA = block_tma_a.partition_D(sA);
+    Tensor tBgBg = block_tma_bg.partition_S(gBg);
+    Tensor tBgBu = block_tma_bu.partition_S(gBu);
+    // Destination halves of stage 0; later stages are the same at + stage * kStageElemsB.
+    Tensor sBg0 = make_tensor(make_smem_ptr(smem_b), SmemLayoutBHalf{});
+    Tensor sBu0 = make_tensor(make_smem_ptr(smem_b + kHalfElemsB), SmemLayoutBHalf{});
+    Tensor tBsBg0 = block_tma_bg.partition_D(sBg0);
+    Tensor tBsBu0 = block_tma_bu.partition_D(sBu0);
+
+    uint16_t mcast_mask_a = 0;
+    uint16_t mcast_mask_b = 0;
+    if constexpr (cute::is_same_v<GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>) {
+      auto block_layout = Layout<ClusterShape>{};
+      for (int n = 0; n < size<1>(block_layout); ++n) {
+        mcast_mask_a |= (uint16_t(1) << block_layout(cluster_local_block_id.x, n, Int<0>{}));
+      }
+    }
+    if constexpr (cute::is_same_v<GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>) {
+      auto block_layout = Layout<ClusterShape>{};
+      for (int m = 0; m < size<0>(block_layout); ++m) {
+        mcast_mask_b |= (uint16_t(1) << block_layout(m, cluster_local_block_id.y, Int<0>{}));
+      }
+    }
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      pipeline.producer_acquire(smem_pipe_write);
+      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
+      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
+      int stage = smem_pipe_write.index();
+      int k = *k_tile_iter;
+      copy(p.tma_load_a.with(*tma_barrier, mcast_mask_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+      Tensor dBg = make_tensor(tBsBg0.data() + stage * kStageElemsB, tBsBg0.layout());
+      Tensor dBu = make_tensor(tBsBu0.data() + stage * kStageElemsB, tBsBu0.layout());
+      copy(p.tma_load_bg.with(*tma_barrier, mcast_mask_b), tBgBg(_, _, _, k), dBg);
+      copy(p.tma_load_bu.with(*tma_barrier, mcast_mask_b), tBgBu(_, _, _, k), dBu);
+      ++k_tile_iter;
+      ++smem_pipe_write;
+    }
+  }
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors,
+                          Params const& p) {
+    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
+              static_cast<typename Base::Params const&>(p));
+  }
+};
+
+// ---------------------------------------------------------------------------------
+// Epilogue: gelu(gate + bg) * (up + bu) from one accumulator, register level.
+// ---------------------------------------------------------------------------------
+template <class Element_, int BN>
+class GegluEpilogue {
+ public:
+  using Element = Element_;
+  // Names the warp-specialized kernels read (their C/D typedefs); C is never loaded.
+  using ElementC = Element;
+  using ElementD = Element;
+  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
+
+  struct Arguments {
+    Element* ptr_out = nullptr;
+    int64_t ldo = 0;
+    Element const* bias_g = nullptr;  // [H] or null
+    Element const* bias_u = nullptr;  // [H] or null
+    int approximate = 1;              // 1: tanh form, 0: exact (erf)
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+
+  CUTLASS_HOST_DEVICE
+  GegluEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : params(params_) {}
+
+  CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
+            class FrgLayout, class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
+                                 BlockCoordMNKL blk_coord_mnkl,
+                                 cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
+                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+    if (params.approximate) {
+      apply<true>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
+    } else {
+      apply<false>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
+    }
+  }
+
+ private:
+  template <bool kTanh, class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL,
+            class FrgEngine, class FrgLayout, class TiledMma>
+  CUTLASS_DEVICE void apply(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK,
+                            BlockCoordMNKL blk_coord_mnkl,
+                            cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
+                            int thread_idx) {
+    constexpr int BM = size<0>(BlockShapeMNK{});
+    static_assert(size<1>(BlockShapeMNK{}) == 2 * BN, "tile N is gate block + up block");
+    // wgmma accumulator fragment: ((2, 2, N_atom/8), MMA_M, MMA_N); one atom spans the
+    // whole tile N, so 8-column block j (gate) and j + BN/8 (up) are in this thread.
+    static_assert(rank(FrgLayout{}) == 3, "accumulator (V, MMA_M, MMA_N)");
+    static_assert(size<2>(FrgLayout{}) == 1, "one wgmma atom must span the N tile");
+    static_assert(size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2, "sm90 C fragment");
+    static_assert(size<0, 2>(FrgLayout{}) == 2 * BN / 8, "sm90 C fragment");
+    constexpr int NB = BN / 8;
+    constexpr int MM = size<1>(FrgLayout{});
+
+    const int M = int(get<0>(problem_shape_mnkl));
+    const int H = int(get<1>(problem_shape_mnkl)) / 2;
+    auto m_coord = get<0>(blk_coord_mnkl);
+    auto n_coord = get<1>(blk_coord_mnkl);
+    const int m0 = int(m_coord) * BM;
+    const int h0 = int(n_coord) * BN;
+
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor cT = make_identity_tensor(make_shape(Int<BM>{}, Int<2 * BN>{}));
+    Tensor tC = thr_mma.partition_C(cT);  // tile coordinates of each accumulator
+
+    Element* __restrict__ out = params.ptr_out;
+    const int64_t ldo = params.ldo;
+    Element const* bg = params.bias_g;
+    Element const* bu = params.bias_u;
+
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < NB; ++j) {
+      const int col = h0 + int(get<1>(tC(make_coord(0, 0, j), 0, 0)));
+      float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
+      if (col < H) {
+        if (bg) bg0 = float(bg[col]);
+        if (bu) bu0 = float(bu[col]);
+      }
+      if (col + 1 < H) {
+        if (bg) bg1 = float(bg[col + 1]);
+        if (bu) bu1 = float(bu[col + 1]);
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int mm = 0; mm < MM; ++mm) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < 2; ++r) {
+          const int row = m0 + int(get<0>(tC(make_coord(0, r, j), mm, 0)));
+          const float g0 = acc(make_coord(0, r, j), mm, 0) + bg0;
+          const float g1 = acc(make_coord(1, r, j), mm, 0) + bg1;
+          const float u0 = acc(make_coord(0, r, j + NB), mm, 0) + bu0;
+          const float u1 = acc(make_coord(1, r, j + NB), mm, 0) + bu1;
+          const float o0 = geglu_cuda::gelu<kTanh>(g0) * u0;
+          const float o1 = geglu_cuda::gelu<kTanh>(g1) * u1;
+          if (row < M) {
+            Element* dst = out + int64_t(row) * ldo + col;
+            if (col + 1 < H) {
+              cutlass::Array<Element, 2> v;
+              v[0] = Element(o0);
+              v[1] = Element(o1);
+              *reinterpret_cast<cutlass::Array<Element, 2>*>(dst) = v;
+            } else if (col < H) {
+              *dst = Element(o0);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  Params params;
+};
+
+}  // namespace geglu_sm90
