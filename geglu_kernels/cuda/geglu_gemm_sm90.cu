@@ -57,6 +57,8 @@ struct LaunchArgs {
   void* out;
   int64_t H, ldo;
   int approximate;
+  int swizzle;  // tile scheduler max_swizzle_size (1, 2, 4, 8)
+  int raster;   // 0 heuristic, 1 along M, 2 along N
 };
 
 inline bool same_args(LaunchArgs const& a, LaunchArgs const& b) {
@@ -145,6 +147,9 @@ struct Runner {
       ep.approximate = a.approximate;
       args.hw_info.device_id = device;
       args.hw_info.sm_count = sm_count;
+      args.scheduler.max_swizzle_size = a.swizzle;
+      using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+      args.scheduler.raster_order = a.raster == 1 ? Raster::AlongM : a.raster == 2 ? Raster::AlongN : Raster::Heuristic;
       if (!Kernel::can_implement(args)) return GEGLU_SM90_ERR_CUTLASS;
       if (Kernel::get_workspace_size(args) != 0) return GEGLU_SM90_ERR_CUTLASS;
       params = Kernel::to_underlying_arguments(args, nullptr);
@@ -195,7 +200,9 @@ using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   X(0, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1) \
   X(1, "pingpong_64x(2x128)x64_c1", 64, 128, KernelTmaWarpSpecializedPingpong, 1)  \
   X(2, "pingpong_128x(2x64)x64_c1", 128, 64, KernelTmaWarpSpecializedPingpong, 1)  \
-  X(3, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2)
+  X(3, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2) \
+  X(4, "coop_256x(2x64)x64_c1", 256, 64, KernelTmaWarpSpecializedCooperative, 1)   \
+  X(5, "pingpong_64x(2x128)x64_c2", 64, 128, KernelTmaWarpSpecializedPingpong, 2)
 #endif
 
 #define GEGLU_SM90_COUNT(id, name, bm, bn, sched, cm) +1
@@ -217,6 +224,7 @@ int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStre
   }
 }
 
+// Returns an encoded config (variant | swizzle/raster bits, as in the ABI).
 int pick_config(int64_t M, int64_t K, int64_t H) {
   (void)M;
   (void)K;
@@ -273,7 +281,14 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   }
   auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
   if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || misaligned(out)) return GEGLU_SM90_ERR_ALIGN;
-  if (config < -1 || config >= geglu_sm90::kNumConfigs) return GEGLU_SM90_ERR_CONFIG;
+  if (config < 0) config = geglu_sm90::pick_config(M, K, H);
+  const int variant = config & 0xff;
+  const int swz_code = (config >> 8) & 0xf;   // 0: 1, else 2^(code-1)
+  const int raster = (config >> 12) & 0xf;
+  if (variant >= geglu_sm90::kNumConfigs || swz_code > 4 || raster > 2 || (config >> 16) != 0) {
+    return GEGLU_SM90_ERR_CONFIG;
+  }
+  const int swizzle = swz_code == 0 ? 1 : 1 << (swz_code - 1);
 
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
@@ -283,16 +298,16 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   geglu_sm90::DeviceInfo const* info = geglu_sm90::device_info(device);
   if (info == nullptr || info->major != 9 || info->minor != 0) return GEGLU_SM90_ERR_DEVICE;
 
-  if (config < 0) config = geglu_sm90::pick_config(M, K, H);
-  geglu_sm90::LaunchArgs a{x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo, approximate ? 1 : 0};
+  geglu_sm90::LaunchArgs a{x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo, approximate ? 1 : 0,
+                           swizzle, raster};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (dtype == GEGLU_SM90_BF16) {
-    return geglu_sm90::dispatch<cutlass::bfloat16_t>(config, a, device, info->sm_count, s);
+    return geglu_sm90::dispatch<cutlass::bfloat16_t>(variant, a, device, info->sm_count, s);
   }
 #ifdef GEGLU_SM90_QUICK
   return GEGLU_SM90_ERR_NOT_BUILT;
 #else
-  return geglu_sm90::dispatch<cutlass::half_t>(config, a, device, info->sm_count, s);
+  return geglu_sm90::dispatch<cutlass::half_t>(variant, a, device, info->sm_count, s);
 #endif
 }
 

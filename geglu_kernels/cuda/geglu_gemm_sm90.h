@@ -40,8 +40,10 @@ enum { GEGLU_SM90_BF16 = 0, GEGLU_SM90_FP16 = 1 };
 
 // b_gate / b_up: [H] of the same dtype, contiguous, or NULL (no bias); either may be
 // given alone. approximate: nonzero = tanh form, 0 = exact (erf).
-// config: -1 picks the kernel variant by shape; 0 .. geglu_gemm_sm90_num_configs()-1
-// forces one (for tuning and tests).
+// config: -1 picks the kernel variant by shape. Otherwise (for tuning and tests) bits
+// 0-7 name the variant, 0 .. geglu_gemm_sm90_num_configs()-1; bits 8-11 the tile
+// scheduler's swizzle (0: 1, c: 2^(c-1), c <= 4); bits 12-15 the raster order
+// (0 heuristic, 1 along M, 2 along N); higher bits 0.
 int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                     const void* w_gate, const void* w_up, int64_t ldw,
                     const void* b_gate, const void* b_up,
@@ -55,7 +57,7 @@ const char* geglu_gemm_sm90_status_string(int status);
 int geglu_gemm_sm90_num_configs(void);
 const char* geglu_gemm_sm90_config_name(int config);
 
-// The config that config = -1 would use for this shape.
+// The (encoded) config that config = -1 would use for this shape.
 int geglu_gemm_sm90_pick_config(int64_t M, int64_t K, int64_t H, int dtype);
 
 #ifdef __cplusplus
