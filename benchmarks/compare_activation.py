@@ -4,9 +4,9 @@ inputs, at the anchor shapes of /work/shared/reference/anchors.md (bf16).
 
 Forward rows:   eager (F.gelu(g, approximate="tanh") * u, 2 kernels), torch.compile of
                 it (dynamic=False), Liger (LigerGELUMulFunction), geglu native
-                (ops.geglu, the compiled CUDA kernel), geglu Triton (ops.geglu_triton).
+                (ops.geglu, the compiled CUDA kernel), geglu Triton (ops._geglu_triton).
 Backward rows:  eager autograd, torch.compile autograd, Liger backward, geglu native
-                (ops.geglu_backward), geglu Triton (ops.geglu_backward_triton).
+                (ops.geglu_backward), geglu Triton (ops._geglu_backward_triton).
 Ceiling:        a large device-to-device copy (bytes read + written per second).
 
 Times are medians of triton.testing.do_bench (L2 flushed between runs). Per row: us,
@@ -78,7 +78,7 @@ def load_kernel(device: str):
     key = "CUDA" if device == "cuda" else "CPU"
     native = hasattr(ops, "geglu") and torch._C._dispatch_has_kernel_for_dispatch_key(ops.geglu.default.name(), key)
     log(f"loaded {REPO_ID} variant {variant} ({'with' if native else 'without'} compiled {key} ops), "
-        f"Triton ops: {hasattr(ops, 'geglu_triton')}")
+        f"Triton ops: {hasattr(ops, '_geglu_triton')}")
     return kernel, ops, variant, native
 
 
@@ -128,7 +128,7 @@ def forward_fns(ops, native: bool, liger, compiled):
     fns["liger"] = (lambda g, u: liger.apply(g, u)) if liger else "liger_kernel not importable"
     fns["geglu native"] = (lambda g, u: ops.geglu(g, u, "tanh")) if native else "no compiled CUDA ops loaded"
     fns["geglu triton"] = (
-        (lambda g, u: ops.geglu_triton(g, u, "tanh")) if hasattr(ops, "geglu_triton") else "op geglu_triton missing"
+        (lambda g, u: ops._geglu_triton(g, u, "tanh")) if hasattr(ops, "_geglu_triton") else "op _geglu_triton missing"
     )
     return fns
 
@@ -162,9 +162,9 @@ def backward_fns(ops, native: bool, liger, compiled):
         (lambda g, u, dy: ops.geglu_backward(dy, g, u, "tanh")) if native else "no compiled CUDA ops loaded"
     )
     fns["geglu triton"] = (
-        (lambda g, u, dy: ops.geglu_backward_triton(dy, g, u, "tanh"))
-        if hasattr(ops, "geglu_backward_triton")
-        else "op geglu_backward_triton missing"
+        (lambda g, u, dy: ops._geglu_backward_triton(dy, g, u, "tanh"))
+        if hasattr(ops, "_geglu_backward_triton")
+        else "op _geglu_backward_triton missing"
     )
     return fns
 

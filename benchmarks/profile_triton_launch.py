@@ -36,8 +36,8 @@ def main() -> None:
     g, u = (torch.randn(16, 24576, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     out = torch.empty_like(g)
     calls = {
-        "ops.geglu_triton": lambda: k._ops.ops.geglu_triton(g, u, "tanh"),
-        "triton_activation.geglu_forward": lambda: k.triton_activation.geglu_forward(out, g, u, "tanh"),
+        "ops._geglu_triton": lambda: k._ops.ops._geglu_triton(g, u, "tanh"),
+        "triton_kernels.activation.geglu_forward": lambda: k.triton_kernels.activation.geglu_forward(out, g, u, "tanh"),
         "ops.geglu (native)": lambda: k._ops.ops.geglu(g, u, "tanh"),
         "geglu (public)": lambda: k.geglu(g, u),
     }
@@ -46,7 +46,7 @@ def main() -> None:
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(300):
-        k._ops.ops.geglu_triton(g, u, "tanh")
+        k._ops.ops._geglu_triton(g, u, "tanh")
     torch.cuda.synchronize()
     prof.disable()
     pstats.Stats(prof).sort_stats("cumulative").print_stats(25)

@@ -3,7 +3,7 @@
     python benchmarks/sweep_triton_activation.py
 
 Times forward/backward at the blog shape (8192 x 3072, bf16) against a device copy of
-the same bytes, and the table's tile (triton_activation._LAUNCH_TABLE) against a small
+the same bytes, and the table's tile (triton_kernels/activation.py, _LAUNCH_TABLE) against a small
 sweep of tiles. If a swept tile beats the table's by more than 5%, it says which entry
 to change.
 """
@@ -25,7 +25,7 @@ def main() -> None:
     os.environ.setdefault("LOCAL_KERNELS", f"org/geglu={REPO}")
     from kernels import get_kernel
 
-    ta = get_kernel("org/geglu", version=1).triton_activation
+    ta = get_kernel("org/geglu", version=1).triton_kernels.activation
     rows, width, dtype = 8192, 3072, torch.bfloat16
     gate, up, dy = (torch.randn(rows, width, device="cuda", dtype=dtype) * 3 for _ in range(3))
     out, gg, gu = (torch.empty_like(gate) for _ in range(3))

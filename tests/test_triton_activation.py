@@ -1,4 +1,4 @@
-"""Triton GeGLU kernels (triton_activation.py) and their custom ops.
+"""Triton GeGLU kernels (triton_kernels/activation.py) and their custom ops.
 
 On a machine without a GPU the kernels run under the Triton interpreter on CPU
 tensors: TRITON_INTERPRET=1 is set below, at collection, which precedes the session
@@ -51,7 +51,7 @@ def ref_geglu_grads(grad_out, gate, up, approximate):
 @pytest.fixture(scope="module")
 def ta(kernel):
     """The Triton module of the loaded variant (every variant ships it)."""
-    mod = kernel.triton_activation
+    mod = kernel.triton_kernels.activation
     if not mod.HAS_TRITON:
         pytest.skip("triton is not installed")
     if not HAS_CUDA and type(mod._forward_kernel).__name__ != "InterpretedFunction":
@@ -178,13 +178,13 @@ def test_triton_ops_autograd_matches_float64(ops, ta, dtype, approximate):
     gate = rand((3, 2, 40), dtype, seed=1).requires_grad_()
     up = rand((3, 2, 40), dtype, seed=2).requires_grad_()
     w = rand((3, 2, 40), dtype, scale=1.0, seed=3)
-    (ops.geglu_triton(gate, up, approximate) * w).sum().backward()
+    (ops._geglu_triton(gate, up, approximate) * w).sum().backward()
     ref_gate, ref_up = ref_geglu_grads(w, gate.detach(), up.detach(), approximate)
     assert_close(gate.grad, ref_gate, dtype)
     assert_close(up.grad, ref_up, dtype)
 
     x = rand((3, 2, 80), dtype, seed=4).requires_grad_()
-    y = ops.geglu_merged_triton(x, approximate)
+    y = ops._geglu_merged_triton(x, approximate)
     assert_close(y, ref_geglu(x[..., :40].detach(), x[..., 40:].detach(), approximate), dtype)
     (y * w).sum().backward()
     ref_gate, ref_up = ref_geglu_grads(w, x[..., :40].detach(), x[..., 40:].detach(), approximate)
@@ -194,11 +194,11 @@ def test_triton_ops_autograd_matches_float64(ops, ta, dtype, approximate):
 def test_triton_out_ops_write_in_place(ops, ta):
     x = rand((4, 2 * 24), torch.bfloat16)
     out_buf = torch.full((4, 30), float("nan"), dtype=torch.bfloat16, device=DEV)
-    ops.gelu_and_mul_triton(out_buf[:, :24], x, "none")
+    ops._gelu_and_mul_triton(out_buf[:, :24], x, "none")
     assert_close(out_buf[:, :24], ref_geglu(x[:, :24], x[:, 24:], "none"), torch.bfloat16)
     assert out_buf[:, 24:].isnan().all()
     out = poisoned_like(x)
-    ops.gelu_triton(out, x, "tanh")
+    ops._gelu_triton(out, x, "tanh")
     assert_close(out, F.gelu(x.double(), approximate="tanh"), torch.bfloat16)
 
 
@@ -211,13 +211,13 @@ def test_opcheck_triton_ops(ops, ta):
     dy = rand((3, 24), torch.float32, seed=3)
     x = rand((3, 48), torch.float32, seed=4)
     cases = [
-        (ops.geglu_triton.default, (gate.clone().requires_grad_(), up.clone().requires_grad_(), "tanh")),
-        (ops.geglu_triton.default, (gate, up, "none")),
-        (ops.geglu_backward_triton.default, (dy, gate, up, "tanh")),
-        (ops.geglu_merged_triton.default, (x.clone().requires_grad_(), "none")),
-        (ops.geglu_merged_backward_triton.default, (dy, x, "tanh")),
-        (ops.gelu_and_mul_triton.default, (torch.empty_like(gate), x, "tanh")),
-        (ops.gelu_triton.default, (torch.empty_like(x), x, "none")),
+        (ops._geglu_triton.default, (gate.clone().requires_grad_(), up.clone().requires_grad_(), "tanh")),
+        (ops._geglu_triton.default, (gate, up, "none")),
+        (ops._geglu_backward_triton.default, (dy, gate, up, "tanh")),
+        (ops._geglu_merged_triton.default, (x.clone().requires_grad_(), "none")),
+        (ops._geglu_merged_backward_triton.default, (dy, x, "tanh")),
+        (ops._gelu_and_mul_triton.default, (torch.empty_like(gate), x, "tanh")),
+        (ops._gelu_triton.default, (torch.empty_like(x), x, "none")),
     ]
     for op, args in cases:
         opcheck(op, args)
@@ -248,10 +248,10 @@ def test_cuda_merged_strided_large(ops, ta):
     """Merged form on a column slice of a wider buffer (row stride 2d + 64)."""
     d = 3072
     x = rand((1024, 2 * d + 64), torch.bfloat16)[:, 32 : 32 + 2 * d]
-    y = ops.geglu_merged_triton(x, "tanh")
+    y = ops._geglu_merged_triton(x, "tanh")
     assert_close(y, ref_geglu(x[:, :d], x[:, d:], "tanh"), torch.bfloat16)
     dy = rand((1024, d), torch.bfloat16, scale=1.0, seed=5)
-    gx = ops.geglu_merged_backward_triton(dy, x, "tanh")
+    gx = ops._geglu_merged_backward_triton(dy, x, "tanh")
     ref_gate, ref_up = ref_geglu_grads(dy, x[:, :d], x[:, d:], "tanh")
     assert_close(gx, torch.cat([ref_gate, ref_up], -1), torch.bfloat16)
 

@@ -148,7 +148,7 @@ def test_noarch_has_no_native_ops_and_registers_triton_ops(noarch):
     act = noarch.activation
     assert act.NATIVE_DEVICE_TYPES == frozenset()
     assert act._backend(torch.empty(1)) == "eager"
-    for op in ("geglu_triton", "geglu_backward_triton", "geglu_merged_triton", "geglu_merged_backward_triton"):
+    for op in ("_geglu_triton", "_geglu_backward_triton", "_geglu_merged_triton", "_geglu_merged_backward_triton"):
         assert hasattr(act.ops, op), op
     assert not hasattr(act.ops, "geglu")
 
@@ -213,7 +213,7 @@ def test_noarch_imports_without_triton():
         "spec = importlib.util.spec_from_file_location('_geglu_no_triton', p + '/__init__.py',"
         " submodule_search_locations=[p])\n"
         "m = importlib.util.module_from_spec(spec); sys.modules[spec.name] = m; spec.loader.exec_module(m)\n"
-        "assert not m.triton_activation.HAS_TRITON\n"
+        "assert not m.triton_kernels.activation.HAS_TRITON\n"
         "x = torch.randn(2, 6)\n"
         "torch.testing.assert_close(m.geglu_merged(x, 'none'),"
         " torch.nn.functional.gelu(x[:, :3]) * x[:, 3:])\n"

@@ -1,30 +1,21 @@
-"""Regenerate the fused-GEMM launch table (torch-ext/geglu/gemm_configs.py) on a GPU.
+"""Regenerate the launch table of the Triton gate/up GEMM with the GeGLU epilogue
+(torch-ext/geglu/triton_kernels/gemm_configs.py) on a GPU.
 
     python -m tools.build            # once: build/ must hold the package (torch-cuda variant)
     python tools/tune_gemm.py        # time the candidates, print the choice, rewrite the table
     python tools/tune_gemm.py --dry-run          # print only
-    python tools/tune_gemm.py --rows large       # only the rows whose name contains "large"
+    python tools/tune_gemm.py --rows large       # only the buckets whose name contains "large"
 
-Which rows the package still launches on CUDA (linear.py's `_gemm_backend` sends the
-rest to cuBLAS): "two" (all buckets: geglu_linear / geglu_mlp's gate/up GEMM),
-"one"/large (exact GELU above 256 tokens, and linear_bias_gelu's backward there);
-"bwd" serves only FUSED_SAVED_BACKWARD = True and "one"/m16-m256 only direct calls of
-triton_gemm: they are still tuned, so those options stay honest, and can be skipped
-with --rows two (or --rows large).
-
-For each row of the table that matters for speed (kind x token bucket), a handful of
-candidate launch configurations is timed (triton.testing.do_bench, median, bf16) on
-that row's representative shapes: the anchor shapes of the project (blog MLP
-8192x768x3072, Gemma-7B 4096x3072x24576, decode 16 tokens, BERT/GPT-2 GELU layers)
-and their 64- / 256-token versions. The winner minimizes the sum over shapes of
-time / cuBLAS time for the same GEMM (torch.matmul; for the GeGLU kind, one merged
-gate/up GEMM), so no shape dominates by size. The rows of the running GPU's
-architecture are rewritten between the BEGIN/END TABLE markers; other architectures'
-rows stay. ~40 candidates: about 2-3 minutes on an H100 with a cold Triton cache,
-mostly compilation; the chosen configs and their speed against cuBLAS print last.
-After a rewrite, rebuild (`python -m tools.build`) so the package ships the new table;
-with OUT set, the rewritten file is also copied to $OUT/gemm_configs.py (to carry it
-back from a remote GPU machine into torch-ext/geglu/).
+For each token bucket of the table, a handful of candidate launch configurations is
+timed (triton.testing.do_bench, median, bf16) on that bucket's representative shapes:
+the anchor shapes of the project (blog MLP 8192x768->3072, Gemma-7B 4096x3072->24576,
+decode 16 tokens) and their 64- / 256-token versions. The winner minimizes the sum
+over shapes of time / cuBLAS time for one GEMM of the merged [2*hidden, K] gate/up
+weight (which computes no activation), so no shape dominates by size. The rows of
+the running GPU's architecture are rewritten between the BEGIN/END TABLE markers;
+other architectures' rows stay. After a rewrite, rebuild (`python -m tools.build`) so
+the package ships the new table; with OUT set, the rewritten file is also copied to
+$OUT/gemm_configs.py (to carry it back from a remote GPU machine).
 """
 
 from __future__ import annotations
@@ -40,7 +31,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIGS_PY = REPO / "torch-ext" / "geglu" / "gemm_configs.py"
+CONFIGS_PY = REPO / "torch-ext" / "geglu" / "triton_kernels" / "gemm_configs.py"
 
 
 def load_source_configs():
@@ -58,50 +49,33 @@ def load_kernel():
     return get_kernel("org/geglu", version=1)
 
 
-# Representative shapes per row: (M tokens, N outputs per accumulator, K inputs).
+# Representative shapes per token bucket: (M tokens, hidden, K inputs).
 SHAPES = {
-    ("two", "large"): [(8192, 3072, 768), (4096, 24576, 3072)],
-    ("one", "large"): [(8192, 768, 3072), (4096, 3072, 24576), (8192, 4096, 1024), (8192, 6400, 1600)],
-    ("bwd", "large"): [(8192, 3072, 768), (4096, 24576, 3072)],
-    ("two", "m16"): [(16, 24576, 3072), (16, 3072, 768)],
-    ("one", "m16"): [(16, 3072, 24576), (16, 6400, 1600)],
-    ("two", "m64"): [(64, 24576, 3072)],
-    ("one", "m64"): [(64, 3072, 24576)],
-    ("two", "m256"): [(256, 24576, 3072)],
-    ("one", "m256"): [(256, 3072, 24576), (256, 4096, 1024)],
+    "large": [(8192, 3072, 768), (4096, 24576, 3072)],
+    "m16": [(16, 24576, 3072), (16, 3072, 768)],
+    "m64": [(64, 24576, 3072)],
+    "m256": [(256, 24576, 3072)],
 }
 
 
-def candidates(C, kind: str, bucket: str):
-    """A small, Hopper-minded candidate set per row (TMA ones are dropped where the GPU has no TMA)."""
-    if bucket == "large":
-        if kind == "two":  # two 128xBN fp32 accumulators: BN=128 is the 128x256 register budget
-            return [
-                C("tma", 128, 128, 64, 8, 8, 3), C("tma", 128, 128, 64, 8, 8, 4), C("tma", 128, 128, 64, 8, 8, 3, 1, False),
-                C("tma", 128, 64, 64, 8, 4, 4), C("tile", 128, 128, 64, 8, 8, 3), C("tile", 128, 64, 64, 8, 4, 4),
-                # A 4th stage (4 x 48 KB of shared memory), the persistent TMA kernel with 4
-                # stages and unflattened loops, and a wider group-M swizzle (16 M tiles per
-                # band of weight tiles in L2). The last, with TMA, won the second H100 tune
-                # (benchmarks/results/tune_gemm_two_h100.log): 4096x24576x3072 1652 vs 1807
-                # us; 8192x3072x768 stays ~155 vs cuBLAS 115.
-                C("tile", 128, 128, 64, 8, 8, 4), C("tma", 128, 128, 64, 8, 8, 4, 1, False),
-                C("tile", 128, 128, 64, 16, 8, 3), C("tma", 128, 128, 64, 16, 8, 3, 1, False),
-            ]  # fmt: skip
-        if kind == "one":
-            return [
-                C("tma", 128, 256, 64, 8, 8, 3), C("tma", 128, 256, 64, 8, 8, 4), C("tma", 128, 256, 64, 8, 8, 3, 1, False),
-                C("tma", 128, 128, 64, 8, 4, 4), C("tile", 128, 256, 64, 8, 8, 3), C("tile", 128, 128, 64, 8, 4, 4),
-            ]  # fmt: skip
-        return [  # bwd: the epilogue reads 2 tiles and writes 3
-            C("tma", 128, 128, 64, 8, 8, 3), C("tma", 128, 128, 64, 8, 8, 4), C("tma", 128, 64, 64, 8, 4, 4),
-            C("tile", 128, 128, 64, 8, 8, 3),
+def candidates(C, bucket: str):
+    """A small, Hopper-minded candidate set per bucket (TMA ones are dropped where the GPU has no TMA)."""
+    if bucket == "large":  # two 128xBN fp32 accumulators: BN=128 is the 128x256 register budget
+        return [
+            C("tma", 128, 128, 64, 8, 8, 3), C("tma", 128, 128, 64, 8, 8, 4), C("tma", 128, 128, 64, 8, 8, 3, 1, False),
+            C("tma", 128, 64, 64, 8, 4, 4), C("tile", 128, 128, 64, 8, 8, 3), C("tile", 128, 64, 64, 8, 4, 4),
+            # A 4th stage, the persistent TMA kernel with unflattened loops, and a wider
+            # group-M swizzle (16 M tiles per band of weight tiles in L2). The last won
+            # the second H100 tune (benchmarks/results/tune_gemm_two_h100.log).
+            C("tile", 128, 128, 64, 8, 8, 4), C("tma", 128, 128, 64, 8, 8, 4, 1, False),
+            C("tile", 128, 128, 64, 16, 8, 3), C("tma", 128, 128, 64, 16, 8, 3, 1, False),
         ]  # fmt: skip
     if bucket == "m16":
         return [
             C("tile", 16, 64, 128, 1, 4, 4, 0), C("tile", 16, 64, 256, 1, 4, 3, 0),
             C("tile", 16, 32, 128, 1, 4, 4, 0), C("tile", 16, 128, 128, 1, 4, 3, 0),
             # Decode reads the weights once: deeper pipelines and wider K steps keep more
-            # bytes in flight per SM (the 16x24576x3072 gate/up read ran at 87% of a copy).
+            # bytes in flight per SM.
             C("tile", 16, 64, 256, 1, 4, 4, 0), C("tile", 16, 32, 256, 1, 4, 4, 0),
             C("tile", 16, 128, 256, 1, 8, 3, 0), C("tile", 16, 64, 128, 1, 4, 6, 0),
         ]  # fmt: skip
@@ -111,30 +85,20 @@ def candidates(C, kind: str, bucket: str):
 
 
 class Problem:
-    """Operands of one shape of one row, and the launches to time."""
+    """Operands of one shape of one bucket, and the launches to time."""
 
-    def __init__(self, tg, kind: str, m: int, n: int, k: int):
+    def __init__(self, tg, m: int, n: int, k: int):
         dt, dev = torch.bfloat16, "cuda"
-        self.tg, self.kind, self.shape = tg, kind, (m, n, k)
+        self.tg, self.shape = tg, (m, n, k)
         self.x = torch.randn(m, k, device=dev, dtype=dt)
-        n_weights = 2 if kind == "two" else 1
-        self.w = torch.randn(n_weights * n, k, device=dev, dtype=dt) * k**-0.5
-        if kind == "bwd":  # grad [M, K] @ w_down [K, N]: K plays the model dim, N the hidden
-            self.pre = torch.randn(m, 2 * n, device=dev, dtype=dt)
-            self.w_down = torch.randn(k, n, device=dev, dtype=dt) * n**-0.5
-        self.flops = 2.0 * m * n * k * n_weights
+        self.w = torch.randn(2 * n, k, device=dev, dtype=dt) * k**-0.5
+        self.flops = 2.0 * m * 2 * n * k
 
     def run(self, cfg):
-        tg, x, n = self.tg, self.x, self.shape[1]
-        if self.kind == "two":
-            return tg.geglu_forward(x, self.w[:n], self.w[n:], None, None, "tanh", config=cfg)
-        if self.kind == "one":
-            return tg.linear_forward(x, self.w, None, None, "gelu_tanh", config=cfg)
-        return tg.geglu_saved_backward(x, self.pre, self.w_down, "tanh", True, True, config=cfg)
+        n = self.shape[1]
+        return self.tg.geglu_forward(self.x, self.w[:n], self.w[n:], None, None, "tanh", config=cfg)
 
     def cublas(self):
-        if self.kind == "bwd":
-            return self.x @ self.w_down
         return self.x @ self.w.t()
 
 
@@ -154,12 +118,12 @@ def format_table(gc, table: dict, tuned: dict) -> str:
             lines.append("    # TRITON_INTERPRET=1 (CPU tests): tiny tiles; small M forces split-K and 64 < M <= 256")
             lines.append("    # the TMA kernel, so every code path runs on CPU at small sizes.")
         lines.append(f'    "{arch}": {{')
-        for (kind, bucket), cfg in rows.items():
+        for bucket, cfg in rows.items():
             values = list(cfg)
             while len(values) > 7 and values[-1] == defaults[fields[len(values) - 1]]:
                 values.pop()  # trailing defaults left out, as written by hand
             args = ", ".join(f'"{v}"' if isinstance(v, str) else repr(v) for v in values)
-            lines.append(f'        ("{kind}", "{bucket}"): C({args}),')
+            lines.append(f'        "{bucket}": C({args}),')
         lines.append("    },")
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -176,7 +140,7 @@ def rewrite_table(gc, table: dict, tuned: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="print the choice, do not rewrite gemm_configs.py")
-    ap.add_argument("--rows", default="", help="only rows whose 'kind/bucket' contains this text")
+    ap.add_argument("--rows", default="", help="only buckets whose name contains this text")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("tune_gemm: needs a CUDA GPU", file=sys.stderr)
@@ -186,7 +150,7 @@ def main(argv=None) -> int:
 
     t_start = time.time()
     kernel = load_kernel()
-    tg = kernel.linear.triton_gemm
+    tg = kernel.triton_kernels.gemm
     gc = load_source_configs()
     C = tg.GemmConfig
     dev = tg._device_info(torch.device("cuda"))
@@ -197,13 +161,13 @@ def main(argv=None) -> int:
     table = {a: dict(rows) for a, rows in gc.TABLE.items()}
     tuned_rows = table.setdefault(arch, dict(gc.TABLE["9.0"]))
     summary = []
-    for (kind, bucket), shapes in SHAPES.items():
-        if args.rows not in f"{kind}/{bucket}":
+    for bucket, shapes in SHAPES.items():
+        if args.rows not in bucket:
             continue
-        problems = [Problem(tg, kind, *s) for s in shapes]
+        problems = [Problem(tg, *s) for s in shapes]
         refs = [bench_us(p.cublas) for p in problems]
-        cands = [c for c in candidates(C, kind, bucket) if c.kernel != "tma" or dev.tma]
-        current = tuned_rows[(kind, bucket)]
+        cands = [c for c in candidates(C, bucket) if c.kernel != "tma" or dev.tma]
+        current = tuned_rows[bucket]
         if current not in cands:
             cands.append(current)
         results = []
@@ -213,18 +177,18 @@ def main(argv=None) -> int:
                     p.run(cfg)  # compile (and check it launches)
                 times = [bench_us(lambda p=p: p.run(cfg)) for p in problems]
             except Exception as e:  # noqa: BLE001 - a candidate this GPU/compiler cannot run
-                print(f"  {kind}/{bucket} {tuple(cfg)}: skipped ({type(e).__name__}: {str(e)[:80]})", flush=True)
+                print(f"  {bucket} {tuple(cfg)}: skipped ({type(e).__name__}: {str(e)[:80]})", flush=True)
                 continue
             score = sum(t / r for t, r in zip(times, refs))
             results.append((score, cfg, times))
-            print(f"  {kind}/{bucket} {tuple(cfg)}: " + ", ".join(f"{t:.1f}us" for t in times)
+            print(f"  {bucket} {tuple(cfg)}: " + ", ".join(f"{t:.1f}us" for t in times)
                   + f"  (x{score / len(times):.3f} of cuBLAS)", flush=True)  # fmt: skip
         if not results:
             continue
         score, best, times = min(results, key=lambda r: r[0])
-        tuned_rows[(kind, bucket)] = best
+        tuned_rows[bucket] = best
         for p, t, r in zip(problems, times, refs):
-            summary.append((f"{kind}/{bucket}", p.shape, best, t, r, p.flops / (t * 1e-6) / 1e12))
+            summary.append((bucket, p.shape, best, t, r, p.flops / (t * 1e-6) / 1e12))
         del problems
         torch.cuda.empty_cache()
 

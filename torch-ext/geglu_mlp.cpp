@@ -1,15 +1,15 @@
-// geglu_mlp_cublas: the GeGLU MLP for training, differentiable in C++.
+// _geglu_mlp_cublas: the GeGLU MLP for training, differentiable in C++.
 //
 //   y = (gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)) @ w_down.T + b_down + residual
 //
 // The GEMMs are torch's (cuBLAS/cuBLASLt on CUDA), the activation and its backward
 // are this package's ops geglu / geglu_backward (the backend linked into the build).
 // It exists for host time: a training step of small layers is bound by the host
-// issuing its kernels, and the same computation driven from Python (linear.py's
-// cuBLAS training route, which variants without this module still use) took 989 us
-// per step for 636 us of kernels on an H100 (benchmarks/profile_mlp_train.py). Here
-// one dispatcher call covers the forward and one autograd node the backward, with no
-// Python in either.
+// issuing its kernels, and the same computation driven from Python custom ops took
+// 989 us per step for 636 us of kernels on an H100 (benchmarks/profile_mlp_train.py;
+// variants without this module, and torch.compile, run linear.py's composition of
+// F.linear + geglu + F.linear). Here one dispatcher call covers the forward and one
+// autograd node the backward, with no Python in either.
 //
 // Saved for backward: x, the weights, the pre-activations [gate | up] ([M, 2*hidden])
 // and h = gelu(gate) * up ([M, hidden]); eager autograd keeps 4*M*hidden elements

@@ -13,7 +13,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("geglu(Tensor gate, Tensor up, str approximate) -> Tensor");
   ops.def("geglu_backward(Tensor grad_out, Tensor gate, Tensor up, "
           "str approximate) -> (Tensor, Tensor)");
-  ops.def("geglu_mlp_cublas(Tensor x, Tensor w_gate, Tensor? w_up, Tensor w_down, Tensor? b_gate, "
+  ops.def("_geglu_mlp_cublas(Tensor x, Tensor w_gate, Tensor? w_up, Tensor w_down, Tensor? b_gate, "
           "Tensor? b_up, Tensor? b_down, Tensor? residual, str approximate) -> Tensor");
 
 #if defined(CUDA_KERNEL)
@@ -29,8 +29,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("gelu_tanh", device, &gelu_tanh);
   ops.impl("geglu", device, &geglu);
   ops.impl("geglu_backward", device, &geglu_backward);
-  ops.impl("geglu_mlp_cublas", device, &geglu_mlp_cublas);
-  ops.impl("geglu_mlp_cublas", c10::DispatchKey::Autograd, &geglu_mlp_cublas_autograd);
+  ops.impl("_geglu_mlp_cublas", device, &geglu_mlp_cublas);
+  ops.impl("_geglu_mlp_cublas", c10::DispatchKey::Autograd, &geglu_mlp_cublas_autograd);
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -1,4 +1,4 @@
-"""Argument validation shared by every public function of the package.
+"""Argument validation of every public function of the package, done once per call.
 
 Each helper raises ValueError (TypeError for a non-tensor or a wrong Python type)
 with a message that names the argument and says what was expected, so a bad call
@@ -127,3 +127,61 @@ def check_out(name: str, out, *, shape: Tuple[int, ...], like_name: str, like: t
     check_same_device(name, out, like_name, like)
     check_shape(name, out, shape)
     check_last_dim_stride(name, out)
+
+
+# --------------------------------------------------------------------------- GEMM operands
+
+GEMM_DEVICE_TYPES = ("cuda", "cpu", "meta")
+
+
+def check_x(x) -> None:
+    """The input of a GEMM function: a float tensor on a device the GEMMs serve."""
+    check_tensor("x", x)
+    if x.device.type not in GEMM_DEVICE_TYPES:
+        raise ValueError(f"x is on {x.device}: the GEMM functions run on CUDA or CPU, not on {x.device.type}")
+
+
+def check_linear_operand(name: str, w, x: torch.Tensor, in_features: int) -> None:
+    """A 2-d [out_features, in_features] weight with x's dtype and device."""
+    check_tensor(name, w)
+    check_same_dtype(name, w, "x", x)
+    check_same_device(name, w, "x", x)
+    if w.dim() != 2 or w.shape[1] != in_features:
+        raise ValueError(
+            f"{name} must be a 2-d [out_features, {in_features}] weight (nn.Linear layout, "
+            f"in_features = the last dim of its input), got shape {tuple(w.shape)}"
+        )
+
+
+def check_vector(name: str, t, x: torch.Tensor, shape) -> None:
+    """An optional operand (bias: an int length; residual: a shape) with x's dtype and device."""
+    if t is None:
+        return
+    check_tensor(name, t)
+    check_same_dtype(name, t, "x", x)
+    check_same_device(name, t, "x", x)
+    check_shape(name, t, (shape,) if isinstance(shape, int) else shape)
+
+
+def check_gate_up(x: torch.Tensor, w_gate, w_up, b_gate, b_up) -> int:
+    """The gate/up operands of geglu_linear / geglu_mlp; returns hidden. w_up None: w_gate
+    is a merged [2*hidden, in] weight (gate rows first) whose bias is merged or split."""
+    k = x.shape[-1]
+    check_linear_operand("w_gate", w_gate, x, k)
+    if w_up is None:
+        if w_gate.shape[0] % 2:
+            raise ValueError(
+                "w_gate must have an even number of rows when w_up is None (a merged "
+                f"[2*hidden, in] gate/up weight, gate rows first), got shape {tuple(w_gate.shape)}"
+            )
+        hidden = w_gate.shape[0] // 2
+        if b_gate is not None and b_up is None and b_gate.shape == (2 * hidden,):
+            check_vector("b_gate", b_gate, x, 2 * hidden)  # merged bias
+            return hidden
+    else:
+        hidden = w_gate.shape[0]
+        check_linear_operand("w_up", w_up, x, k)
+        check_shape("w_up", w_up, tuple(w_gate.shape))
+    check_vector("b_gate", b_gate, x, hidden)
+    check_vector("b_up", b_up, x, hidden)
+    return hidden

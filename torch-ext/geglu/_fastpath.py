@@ -3,12 +3,10 @@
 A call through a `torch.library.custom_op` costs about 60 us of host time (measured on
 an H100: `ops.geglu_triton` 112 us per call against 52 us for the Triton launcher it
 wraps, benchmarks/results/profile_triton_launch_h100.log), which at decode sizes is
-many times the kernel itself, and in a training step is paid by every forward and
-backward op. The op is needed for torch.compile (it traces ops, not Python) and for
-fake/meta tensors and tensor subclasses (the op's fake implementation serves them).
-Outside those, the public functions call the implementation directly (no autograd
-needed), or run the op's own forward/setup_context/backward as a
-`torch.autograd.Function` (autograd needed): the same code, without the dispatcher hops.
+many times the kernel itself. The op is needed for torch.compile (it traces ops, not
+Python), for autograd (the op carries it), and for fake/meta tensors and tensor
+subclasses (the op's fake implementation serves them). Outside those, the public
+functions call the implementation directly: the same code, without the dispatcher hops.
 """
 
 import torch
@@ -36,28 +34,3 @@ def direct_call_ok(*tensors) -> bool:
     if torch.is_grad_enabled():
         return not any(t is not None and t.requires_grad for t in tensors)
     return True
-
-
-def autograd_function(name: str, forward, setup_context, backward):
-    """`forward`/`setup_context`/`backward` written for `register_autograd` (setup_context
-    takes (ctx, inputs, output); backward returns one grad per input) as the `apply` of
-    an equivalent torch.autograd.Function named `name`.
-
-    Written in the ctx-first style: the separate-setup_context style binds the call's
-    arguments through inspect.signature on every apply (tens of us). Grads of outputs
-    that get none stay None instead of being materialized as zeros: the backward
-    functions ignore the grads of their non-differentiable outputs (saved pre-activations,
-    [tokens, 2*hidden]), and filling those would cost a memset pass per step."""
-
-    def forward_with_ctx(ctx, *args):
-        ctx.set_materialize_grads(False)
-        output = forward(*args)
-        setup_context(ctx, args, output)
-        return output
-
-    fn = type(
-        name,
-        (torch.autograd.Function,),
-        {"forward": staticmethod(forward_with_ctx), "backward": staticmethod(backward)},
-    )
-    return fn.apply

@@ -7,7 +7,7 @@ of the input:
     compiled CPU variant: CPU). Decided once at import, so torch.compile sees a constant.
   * "triton": CUDA tensors without a native CUDA kernel (the noarch `torch-cuda`
     variant, or the CPU variant on a CUDA torch): the Triton kernels of
-    `triton_activation`, registered below as custom ops.
+    `triton_kernels/activation.py`, registered below as custom ops.
   * "eager": any other device (CPU tensors in the noarch or the CUDA variant): a
     composite of PyTorch ops computing the same float32 math. Correct, not fused.
 
@@ -15,9 +15,10 @@ Every public function validates its arguments first (see `_checks`), so a bad ca
 raises ValueError/TypeError naming the argument whichever backend would have run.
 
 Registrations (all through `add_op_namespace_prefix`, so two builds load side by side):
-  * Triton custom ops geglu_triton, geglu_backward_triton, geglu_merged_triton,
-    geglu_merged_backward_triton, gelu_and_mul_triton, gelu_triton, with fake
-    (meta) implementations; geglu_triton and geglu_merged_triton are differentiable.
+  * Triton custom ops (internal, `_`-prefixed names) _geglu_triton,
+    _geglu_backward_triton, _geglu_merged_triton, _geglu_merged_backward_triton,
+    _gelu_and_mul_triton, _gelu_triton, with fake (meta) implementations;
+    _geglu_triton and _geglu_merged_triton are differentiable.
   * For the native ops (arch variants only): fakes for all six, autograd for `geglu`.
 Importing the same build twice (one namespace) reuses the registrations of the first
 import instead of failing on "already registered".
@@ -29,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _checks, triton_activation
+from . import _checks
+from .triton_kernels import activation as triton_activation
 from ._fastpath import direct_call_ok
 from ._ops import add_op_namespace_prefix, ops
 
@@ -193,13 +195,13 @@ def _save_inputs(ctx, inputs, output) -> None:
 
 def _geglu_triton_grad(ctx, grad: Tensor):
     gate, up = ctx.saved_tensors
-    grad_gate, grad_up = ops.geglu_backward_triton(grad, gate, up, ctx.approximate)
+    grad_gate, grad_up = ops._geglu_backward_triton(grad, gate, up, ctx.approximate)
     return grad_gate, grad_up, None
 
 
 def _geglu_merged_triton_grad(ctx, grad: Tensor):
     (x,) = ctx.saved_tensors
-    return ops.geglu_merged_backward_triton(grad, x, ctx.approximate), None
+    return ops._geglu_merged_backward_triton(grad, x, ctx.approximate), None
 
 
 def _register_triton_ops() -> None:
@@ -209,32 +211,32 @@ def _register_triton_ops() -> None:
         return op
 
     define(
-        "geglu_triton", "(Tensor gate, Tensor up, str approximate) -> Tensor", _geglu_triton, _geglu_triton_fake
+        "_geglu_triton", "(Tensor gate, Tensor up, str approximate) -> Tensor", _geglu_triton, _geglu_triton_fake
     ).register_autograd(_geglu_triton_grad, setup_context=_save_inputs)
     define(
-        "geglu_backward_triton",
+        "_geglu_backward_triton",
         "(Tensor grad_out, Tensor gate, Tensor up, str approximate) -> (Tensor, Tensor)",
         _geglu_backward_triton,
         _geglu_backward_fake,
     )
     define(
-        "geglu_merged_triton", "(Tensor x, str approximate) -> Tensor", _geglu_merged_triton, _geglu_merged_triton_fake
+        "_geglu_merged_triton", "(Tensor x, str approximate) -> Tensor", _geglu_merged_triton, _geglu_merged_triton_fake
     ).register_autograd(_geglu_merged_triton_grad, setup_context=_save_inputs)
     define(
-        "geglu_merged_backward_triton",
+        "_geglu_merged_backward_triton",
         "(Tensor grad_out, Tensor x, str approximate) -> Tensor",
         _geglu_merged_backward_triton,
         _geglu_merged_backward_fake,
     )
     define(
-        "gelu_and_mul_triton",
+        "_gelu_and_mul_triton",
         "(Tensor(a!) out, Tensor x, str approximate) -> ()",
         _gelu_and_mul_triton,
         _mutating_fake,
         mutates_args=("out",),
     )
     define(
-        "gelu_triton",
+        "_gelu_triton",
         "(Tensor(a!) out, Tensor x, str approximate) -> ()",
         _gelu_triton,
         _mutating_fake,
@@ -243,7 +245,7 @@ def _register_triton_ops() -> None:
 
 
 # A second import of the same build (same namespace) finds the ops registered already.
-if not _op_defined("geglu_triton"):
+if not _op_defined("_geglu_triton"):
     _register_triton_ops()
 
 
@@ -327,34 +329,19 @@ def _check_input(name: str, x: Tensor, *, merged: bool) -> None:
 # --------------------------------------------------------------------------- public API
 
 
-def _gelu_and_mul(out: Tensor, x: Tensor, approximate: str) -> Tensor:
-    _check_input("x", x, merged=True)
-    _checks.check_out("out", out, shape=_merged_out_shape(x), like_name="x", like=x)
+def _write_gelu(out: Tensor, x: Tensor, approximate: str, merged: bool) -> Tensor:
+    """out = gelu(x) (merged: gelu(x[..., :d]) * x[..., d:]), the four out= functions."""
+    _check_input("x", x, merged=merged)
+    out_shape = _merged_out_shape(x) if merged else tuple(x.shape)
+    _checks.check_out("out", out, shape=out_shape, like_name="x", like=x)
     backend = _backend(x)
     if backend == "native":
-        if approximate == "tanh":
-            ops.gelu_tanh_and_mul(out, x)
-        else:
-            ops.gelu_and_mul(out, x)
+        name = ("gelu_tanh" if approximate == "tanh" else "gelu") + ("_and_mul" if merged else "")
+        getattr(ops, name)(out, x)
     elif backend == "triton":
-        ops.gelu_and_mul_triton(out, x, approximate)
-    else:
-        gate, up = _halves(x)
-        out.copy_(_eager_geglu(gate, up, approximate))
-    return out
-
-
-def _gelu(out: Tensor, x: Tensor, approximate: str) -> Tensor:
-    _check_input("x", x, merged=False)
-    _checks.check_out("out", out, shape=tuple(x.shape), like_name="x", like=x)
-    backend = _backend(x)
-    if backend == "native":
-        if approximate == "tanh":
-            ops.gelu_tanh(out, x)
-        else:
-            ops.gelu(out, x)
-    elif backend == "triton":
-        ops.gelu_triton(out, x, approximate)
+        (ops._gelu_and_mul_triton if merged else ops._gelu_triton)(out, x, approximate)
+    elif merged:
+        out.copy_(_eager_geglu(*_halves(x), approximate))
     else:
         out.copy_(F.gelu(x.float(), approximate=approximate).to(x.dtype))
     return out
@@ -363,22 +350,22 @@ def _gelu(out: Tensor, x: Tensor, approximate: str) -> Tensor:
 def gelu_and_mul(out: Tensor, x: Tensor) -> Tensor:
     """out = gelu(x[..., :d]) * x[..., d:] with exact (erf) GELU; x [..., 2d], out [..., d].
     Writes `out` (row-strided allowed) and returns it. Not differentiable."""
-    return _gelu_and_mul(out, x, "none")
+    return _write_gelu(out, x, "none", merged=True)
 
 
 def gelu_tanh_and_mul(out: Tensor, x: Tensor) -> Tensor:
     """As `gelu_and_mul`, with the tanh approximation of GELU."""
-    return _gelu_and_mul(out, x, "tanh")
+    return _write_gelu(out, x, "tanh", merged=True)
 
 
 def gelu(out: Tensor, x: Tensor) -> Tensor:
     """out = gelu(x) (exact, erf), out of x's shape; returns `out`. Not differentiable."""
-    return _gelu(out, x, "none")
+    return _write_gelu(out, x, "none", merged=False)
 
 
 def gelu_tanh(out: Tensor, x: Tensor) -> Tensor:
     """out = gelu(x) with the tanh approximation; returns `out`. Not differentiable."""
-    return _gelu(out, x, "tanh")
+    return _write_gelu(out, x, "tanh", merged=False)
 
 
 def geglu(gate: Tensor, up: Tensor, approximate: str = "tanh") -> Tensor:
@@ -386,13 +373,18 @@ def geglu(gate: Tensor, up: Tensor, approximate: str = "tanh") -> Tensor:
     Differentiable with respect to gate and up; math in float32."""
     _checks.check_approximate("approximate", approximate)
     _check_pair(gate, up)
+    return _geglu(gate, up, approximate)
+
+
+def _geglu(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
+    """geglu on checked arguments (the GEMM functions call this after their own checks)."""
     backend = _backend(gate)
     if backend == "native":
         return ops.geglu(gate, up, approximate)
     if backend == "triton":
         if direct_call_ok(gate, up):
             return _geglu_triton(gate, up, approximate)
-        return ops.geglu_triton(gate, up, approximate)
+        return ops._geglu_triton(gate, up, approximate)
     return _eager_geglu(gate, up, approximate)
 
 
@@ -413,7 +405,7 @@ def geglu_backward(
     elif backend == "triton" and direct_call_ok(grad_out, gate, up):
         grad_gate, grad_up = _geglu_backward_triton(grad_out, gate, up, approximate)
     elif backend == "triton":
-        grad_gate, grad_up = ops.geglu_backward_triton(grad_out, gate, up, approximate)
+        grad_gate, grad_up = ops._geglu_backward_triton(grad_out, gate, up, approximate)
     else:
         grad_gate, grad_up = _eager_geglu_backward(grad_out, gate, up, approximate)
     return grad_gate, grad_up
@@ -424,12 +416,17 @@ def geglu_merged(x: Tensor, approximate: str = "tanh") -> Tensor:
     contiguous [..., d] tensor. Differentiable with respect to x."""
     _checks.check_approximate("approximate", approximate)
     _check_input("x", x, merged=True)
+    return _geglu_merged(x, approximate)
+
+
+def _geglu_merged(x: Tensor, approximate: str) -> Tensor:
+    """geglu_merged on checked arguments."""
     backend = _backend(x)
     if backend == "native":
         return _GegluMergedNative.apply(x, approximate)
     if backend == "triton":
         if direct_call_ok(x):
             return _geglu_merged_triton(x, approximate)
-        return ops.geglu_merged_triton(x, approximate)
+        return ops._geglu_merged_triton(x, approximate)
     gate, up = _halves(x)
     return _eager_geglu(gate, up, approximate)

@@ -83,6 +83,13 @@ def _fusable(x: torch.Tensor, *linears) -> bool:
     return True
 
 
+def _geglu_mlp_of(x: torch.Tensor, gate: nn.Linear, up: nn.Linear, down: nn.Linear, approximate: str):
+    """geglu_mlp over three nn.Linear modules' weights and biases, read as they are."""
+    return geglu_mlp(
+        x, gate.weight, up.weight, down.weight, biases=(gate.bias, up.bias, down.bias), approximate=approximate
+    )
+
+
 # --------------------------------------------------------------------------- activations
 
 
@@ -165,14 +172,7 @@ class GeGLUMLP(nn.Module):
         approximate = _gelu_approximate(self.act_fn)
         if approximate is None or not _fusable(x, self.gate_proj, self.up_proj, self.down_proj):
             return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-        return geglu_mlp(
-            x,
-            self.gate_proj.weight,
-            self.up_proj.weight,
-            self.down_proj.weight,
-            biases=(self.gate_proj.bias, self.up_proj.bias, self.down_proj.bias),
-            approximate=approximate,
-        )
+        return _geglu_mlp_of(x, self.gate_proj, self.up_proj, self.down_proj, approximate)
 
 
 class T5GatedGeluDense(nn.Module):
@@ -200,14 +200,7 @@ class T5GatedGeluDense(nn.Module):
         else:
             dropout_active = self.dropout.training and self.dropout.p > 0
             if not dropout_active and _fusable(hidden_states, self.wi_0, self.wi_1, self.wo):
-                return geglu_mlp(
-                    hidden_states,
-                    self.wi_0.weight,
-                    self.wi_1.weight,
-                    self.wo.weight,
-                    biases=(self.wi_0.bias, self.wi_1.bias, self.wo.bias),
-                    approximate=approximate,
-                )
+                return _geglu_mlp_of(hidden_states, self.wi_0, self.wi_1, self.wo, approximate)
             hidden = geglu_linear(
                 hidden_states,
                 self.wi_0.weight,

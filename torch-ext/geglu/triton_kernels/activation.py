@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._checks import row_layout
+from .._checks import row_layout
 
 try:
     import triton
