@@ -390,6 +390,19 @@ def test_cpu_sources_are_listed_in_build_toml():
     )
 
 
+def test_common_headers_are_listed_in_build_toml():
+    """geglu_kernels/common holds headers both backends include: every kernel section
+    lists each of them in its src, as kernel-builder expects for a header a kernel uses."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "build.toml").read_text())
+    common = {str(p.relative_to(REPO)) for p in (REPO / "geglu_kernels" / "common").iterdir() if p.suffix == ".h"}
+    assert common, "geglu_kernels/common has no headers"
+    for name, section in config["kernel"].items():
+        missing = sorted(common - set(section["src"]))
+        assert not missing, f"build.toml's kernel.{name} src lacks {missing}"
+
+
 # The child runs only this package's ops on tensors the parent made (outputs poisoned
 # there): under ATEN_CPU_CAPABILITY=avx512 on a CPU without AVX-512, ATen's own kernels
 # would take that request at its word and die of SIGILL, while ours must not.

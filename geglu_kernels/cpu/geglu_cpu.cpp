@@ -17,6 +17,7 @@
 #include <ATen/Version.h>
 #include <torch/torch.h>
 
+#include "common/tensor_checks.h"
 #include "torch_binding.h"
 
 namespace geglu_cpu {
@@ -73,32 +74,18 @@ const KernelTable &kernels() {
 }
 
 // ---------------------------------------------------------------- argument checks
-// Every failure raises ValueError (TORCH_CHECK_VALUE) naming the op and the argument.
+// Every failure raises ValueError (TORCH_CHECK_VALUE) naming the op and the argument;
+// the checks and the [rows, width] rule are common/tensor_checks.h, shared with the
+// CUDA backend.
 
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-  case at::kFloat:
-    return "torch.float32";
-  case at::kBFloat16:
-    return "torch.bfloat16";
-  case at::kHalf:
-    return "torch.float16";
-  case at::kDouble:
-    return "torch.float64";
-  default:
-    return std::string("torch.") + c10::toString(t);
-  }
-}
+using geglu_checks::check_input;
+using geglu_checks::check_matches;
+using geglu_checks::RowMatrix;
+using geglu_checks::RowOverlap;
 
-void check_cpu_tensor(const at::Tensor &t, std::string_view op, std::string_view name) {
-  TORCH_CHECK_VALUE(t.defined(), op, ": `", name, "` is an undefined tensor");
-  TORCH_CHECK_VALUE(t.device().is_cpu(), op, ": `", name,
-                    "` must be a CPU tensor for this (CPU) kernel, got device ", t.device());
-  TORCH_CHECK_VALUE(t.layout() == at::kStrided, op, ": `", name,
-                    "` must be a dense (strided) tensor, got layout ", t.layout());
-}
+constexpr c10::DeviceType kCpu = c10::DeviceType::CPU;
 
-Dtype storage_dtype(const at::Tensor &t, std::string_view op, std::string_view name) {
+Dtype storage_dtype(const at::Tensor &t) {
   switch (t.scalar_type()) {
   case at::kFloat:
     return Dtype::kFloat32;
@@ -107,21 +94,8 @@ Dtype storage_dtype(const at::Tensor &t, std::string_view op, std::string_view n
   case at::kHalf:
     return Dtype::kFloat16;
   default:
-    TORCH_CHECK_VALUE(false, op, ": `", name, "` has unsupported dtype ",
-                      dtype_name(t.scalar_type()),
-                      "; supported dtypes are torch.float32, torch.bfloat16 and torch.float16");
+    TORCH_INTERNAL_ASSERT(false, "storage_dtype of an unchecked tensor: ", t.scalar_type());
   }
-}
-
-// `t` must be like `ref` (dtype, device) with exactly the given shape.
-void check_matches(const at::Tensor &t, std::string_view name, const at::Tensor &ref,
-                   std::string_view ref_name, at::IntArrayRef shape, std::string_view op) {
-  check_cpu_tensor(t, op, name);
-  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), op, ": `", name, "` has dtype ",
-                    dtype_name(t.scalar_type()), " but `", ref_name, "` has dtype ",
-                    dtype_name(ref.scalar_type()), "; they must match");
-  TORCH_CHECK_VALUE(t.sizes() == shape, op, ": `", name, "` has shape ", t.sizes(),
-                    ", expected ", shape, " (from `", ref_name, "` of shape ", ref.sizes(), ")");
 }
 
 // `out` may be `input` itself (in place, element by element), but not a different
@@ -134,73 +108,22 @@ void check_no_partial_overlap(const at::Tensor &out, const at::Tensor &input,
 }
 
 Gelu parse_approximate(std::string_view approximate, std::string_view op) {
-  if (approximate == "none") {
-    return Gelu::kErf;
-  }
-  if (approximate == "tanh") {
-    return Gelu::kTanh;
-  }
-  TORCH_CHECK_VALUE(false, op, ": `approximate` must be 'tanh' or 'none', got '", approximate,
-                    "'");
+  return geglu_checks::is_tanh(op, approximate) ? Gelu::kTanh : Gelu::kErf;
 }
 
 // ---------------------------------------------------------------- [rows, width] views
 
-struct Matrix {
-  Extent extent;
-  int64_t row_stride;
-};
-
-// Views `t` as a [rows, width] matrix without copying: the last dimension must have
-// stride 1 and the leading dimensions must collapse into one row stride (any
-// contiguous tensor, or a column slice x[..., a:b] of one). A 0-d tensor is 1 x 1.
-// Outputs must not have overlapping rows.
-Matrix as_matrix(const at::Tensor &t, std::string_view op, std::string_view name,
-                 bool is_output) {
-  if (t.dim() == 0) {
-    return {{1, 1}, 1};
-  }
-  const int64_t width = t.size(-1);
-  int64_t rows = 1;
-  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
-    rows *= t.size(d);
-  }
-  if (rows == 0 || width == 0) {
-    return {{rows, width}, width};
-  }
-  TORCH_CHECK_VALUE(width == 1 || t.stride(-1) == 1, op, ": `", name,
-                    "` must have stride 1 in its last dimension, got sizes ", t.sizes(),
-                    " and strides ", t.strides(), "; call .contiguous() first");
-  // Walk the leading dimensions from the innermost out; size-1 dimensions do not
-  // move, so their stride does not matter.
-  int64_t row_stride = width;
-  int64_t inner_stride = -1;
-  int64_t inner_size = 0;
-  for (int64_t d = t.dim() - 2; d >= 0; --d) {
-    if (t.size(d) == 1) {
-      continue;
-    }
-    if (inner_stride < 0) {
-      row_stride = t.stride(d);
-    } else {
-      TORCH_CHECK_VALUE(t.stride(d) == inner_stride * inner_size, op, ": `", name,
-                        "` must be viewable as [rows, width] with a single row stride, got "
-                        "sizes ",
-                        t.sizes(), " and strides ", t.strides(), "; call .contiguous() first");
-    }
-    inner_stride = t.stride(d);
-    inner_size = t.size(d);
-  }
-  if (is_output) {
-    TORCH_CHECK_VALUE(rows == 1 || row_stride >= width, op, ": `", name,
-                      "` has overlapping rows (row stride ", row_stride, " < width ", width,
-                      "), so it cannot be written");
-  }
-  return {{rows, width}, row_stride};
+// Inputs are only read, so their rows may overlap; outputs' rows must not.
+RowMatrix as_matrix(const at::Tensor &t, std::string_view op, std::string_view name,
+                    bool is_output) {
+  return geglu_checks::as_row_matrix(op, name, t,
+                                     is_output ? RowOverlap::kRefused : RowOverlap::kAllowed);
 }
 
-Rows rows_of(at::Tensor &t, const Matrix &m) { return {t.mutable_data_ptr(), m.row_stride}; }
-ConstRows rows_of(const at::Tensor &t, const Matrix &m) {
+Extent extent_of(const RowMatrix &m) { return {m.rows, m.width}; }
+
+Rows rows_of(at::Tensor &t, const RowMatrix &m) { return {t.mutable_data_ptr(), m.row_stride}; }
+ConstRows rows_of(const at::Tensor &t, const RowMatrix &m) {
   return {t.const_data_ptr(), m.row_stride};
 }
 
@@ -209,23 +132,19 @@ ConstRows rows_of(const at::Tensor &t, const Matrix &m) {
 // Merged input [..., 2d]: gate = input[..., :d], up = input[..., d:]; out [..., d].
 void gelu_and_mul_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu,
                        std::string_view op) {
-  check_cpu_tensor(input, op, "input");
-  const Dtype dtype = storage_dtype(input, op, "input");
-  TORCH_CHECK_VALUE(input.dim() >= 1, op, ": `input` must have at least one dimension");
-  const int64_t merged = input.size(-1);
-  TORCH_CHECK_VALUE(merged % 2 == 0, op,
-                    ": `input`'s last dimension must be even (gate and up halves), got ",
-                    merged);
+  check_input(op, "input", input, kCpu);
+  const Dtype dtype = storage_dtype(input);
+  const int64_t d = geglu_checks::merged_half_width(op, "input", input);
   std::vector<int64_t> out_shape = input.sizes().vec();
-  out_shape.back() = merged / 2;
-  check_matches(out, "out", input, "input", out_shape, op);
+  out_shape.back() = d;
+  check_matches(op, "out", out, "input", input, out_shape, kCpu);
   check_no_partial_overlap(out, input, op);
-  const Matrix in = as_matrix(input, op, "input", /*is_output=*/false);
-  const Matrix o = as_matrix(out, op, "out", /*is_output=*/true);
+  const RowMatrix in = as_matrix(input, op, "input", /*is_output=*/false);
+  const RowMatrix o = as_matrix(out, op, "out", /*is_output=*/true);
   if (out.numel() == 0) {
     return;
   }
-  const Extent half{in.extent.rows, merged / 2};
+  const Extent half{in.rows, d};
   const auto *base = static_cast<const char *>(input.const_data_ptr());
   const ConstRows gate{base, in.row_stride};
   const ConstRows up{base + half.width * static_cast<int64_t>(input.element_size()),
@@ -234,30 +153,30 @@ void gelu_and_mul_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu,
 }
 
 void gelu_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu, std::string_view op) {
-  check_cpu_tensor(input, op, "input");
-  const Dtype dtype = storage_dtype(input, op, "input");
-  check_matches(out, "out", input, "input", input.sizes(), op);
+  check_input(op, "input", input, kCpu);
+  const Dtype dtype = storage_dtype(input);
+  check_matches(op, "out", out, "input", input, input.sizes(), kCpu);
   check_no_partial_overlap(out, input, op);
-  const Matrix in = as_matrix(input, op, "input", /*is_output=*/false);
-  const Matrix o = as_matrix(out, op, "out", /*is_output=*/true);
+  const RowMatrix in = as_matrix(input, op, "input", /*is_output=*/false);
+  const RowMatrix o = as_matrix(out, op, "out", /*is_output=*/true);
   if (out.numel() == 0) {
     return;
   }
-  kernels().gelu(dtype, gelu, in.extent, rows_of(out, o), rows_of(input, in));
+  kernels().gelu(dtype, gelu, extent_of(in), rows_of(out, o), rows_of(input, in));
 }
 
 at::Tensor geglu_impl(const at::Tensor &gate, const at::Tensor &up, std::string_view approximate) {
   constexpr std::string_view op = "geglu";
   const Gelu gelu = parse_approximate(approximate, op);
-  check_cpu_tensor(gate, op, "gate");
-  const Dtype dtype = storage_dtype(gate, op, "gate");
-  check_matches(up, "up", gate, "gate", gate.sizes(), op);
-  const Matrix g = as_matrix(gate, op, "gate", /*is_output=*/false);
-  const Matrix u = as_matrix(up, op, "up", /*is_output=*/false);
+  check_input(op, "gate", gate, kCpu);
+  const Dtype dtype = storage_dtype(gate);
+  check_matches(op, "up", up, "gate", gate, gate.sizes(), kCpu);
+  const RowMatrix g = as_matrix(gate, op, "gate", /*is_output=*/false);
+  const RowMatrix u = as_matrix(up, op, "up", /*is_output=*/false);
   at::Tensor out = at::empty(gate.sizes(), gate.options());
   if (out.numel() > 0) {
-    const Matrix o = as_matrix(out, op, "out", /*is_output=*/true);
-    kernels().geglu(dtype, gelu, g.extent, rows_of(out, o), rows_of(gate, g), rows_of(up, u));
+    const RowMatrix o = as_matrix(out, op, "out", /*is_output=*/true);
+    kernels().geglu(dtype, gelu, extent_of(g), rows_of(out, o), rows_of(gate, g), rows_of(up, u));
   }
   return out;
 }
@@ -268,18 +187,18 @@ std::tuple<at::Tensor, at::Tensor> geglu_backward_impl(const at::Tensor &grad_ou
                                                        std::string_view approximate) {
   constexpr std::string_view op = "geglu_backward";
   const Gelu gelu = parse_approximate(approximate, op);
-  check_cpu_tensor(gate, op, "gate");
-  const Dtype dtype = storage_dtype(gate, op, "gate");
-  check_matches(up, "up", gate, "gate", gate.sizes(), op);
-  check_matches(grad_out, "grad_out", gate, "gate", gate.sizes(), op);
-  const Matrix dy = as_matrix(grad_out, op, "grad_out", /*is_output=*/false);
-  const Matrix g = as_matrix(gate, op, "gate", /*is_output=*/false);
-  const Matrix u = as_matrix(up, op, "up", /*is_output=*/false);
+  check_input(op, "gate", gate, kCpu);
+  const Dtype dtype = storage_dtype(gate);
+  check_matches(op, "up", up, "gate", gate, gate.sizes(), kCpu);
+  check_matches(op, "grad_out", grad_out, "gate", gate, gate.sizes(), kCpu);
+  const RowMatrix dy = as_matrix(grad_out, op, "grad_out", /*is_output=*/false);
+  const RowMatrix g = as_matrix(gate, op, "gate", /*is_output=*/false);
+  const RowMatrix u = as_matrix(up, op, "up", /*is_output=*/false);
   at::Tensor grad_gate = at::empty(gate.sizes(), gate.options());
   at::Tensor grad_up = at::empty(gate.sizes(), gate.options());
   if (gate.numel() > 0) {
-    const Matrix o = as_matrix(grad_gate, op, "grad_gate", /*is_output=*/true);
-    kernels().geglu_backward(dtype, gelu, g.extent, rows_of(grad_gate, o),
+    const RowMatrix o = as_matrix(grad_gate, op, "grad_gate", /*is_output=*/true);
+    kernels().geglu_backward(dtype, gelu, extent_of(g), rows_of(grad_gate, o),
                              rows_of(grad_up, o), rows_of(grad_out, dy), rows_of(gate, g),
                              rows_of(up, u));
   }

@@ -3,7 +3,9 @@
 // (geglu_cuda.cu) on the current stream of the tensors' device.
 //
 // Bad input raises ValueError (TORCH_CHECK_VALUE) whose message names the op, the
-// argument and what was expected, like the package's Python checks (_checks.py).
+// argument and what was expected, like the package's Python checks (_checks.py); the
+// checks and the [rows, width] rule are common/tensor_checks.h, shared with the CPU
+// backend.
 
 #include <string_view>
 #include <tuple>
@@ -12,83 +14,31 @@
 #include <ATen/MemoryOverlap.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "common/tensor_checks.h"
 #include "rowwise.h"
 #include "torch_binding.h"
 
 namespace geglu_cuda {
 namespace {
 
-void check_input(const char *op, const char *name, const at::Tensor &t) {
-  TORCH_CHECK_VALUE(t.is_cuda(), op, ": ", name, " must be a CUDA tensor, got device ", t.device());
-  const auto s = t.scalar_type();
-  TORCH_CHECK_VALUE(s == at::kFloat || s == at::kHalf || s == at::kBFloat16, op, ": ", name,
-                    " must have dtype float32/float16/bfloat16, got ", s);
-}
+using geglu_checks::check_input;
+using geglu_checks::check_like;
+using geglu_checks::check_matches;
+using geglu_checks::check_shape;
+using geglu_checks::is_tanh;
+using geglu_checks::RowMatrix;
 
-// `t` is on the device of, and has the dtype of, the op's first tensor `ref`.
-void check_like(const char *op, const char *name, const at::Tensor &t, const char *ref_name, const at::Tensor &ref) {
-  TORCH_CHECK_VALUE(t.device() == ref.device(), op, ": ", name, " must be on the device of ", ref_name, " (",
-                    ref.device(), "), got ", t.device());
-  TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), op, ": ", name, " must have the dtype of ", ref_name,
-                    " (", ref.scalar_type(), "), got ", t.scalar_type());
-}
+constexpr c10::DeviceType kCuda = c10::DeviceType::CUDA;
 
-void check_shape(const char *op, const char *name, const at::Tensor &t, at::IntArrayRef shape) {
-  TORCH_CHECK_VALUE(t.sizes() == shape, op, ": ", name, " must have shape ", shape, ", got ", t.sizes());
-}
-
-// A tensor as a [rows, width] matrix without copying: stride 1 along the last
-// dimension, leading dimensions that collapse to one row stride, rows that do not
-// overlap. Size-1 dimensions impose nothing. (Same rule as _checks.row_layout.)
-struct RowMatrix {
-  int64_t rows;
-  int64_t width;
-  int64_t row_stride;
-};
-
+// Here every tensor, read or written, must have rows that do not overlap.
 RowMatrix as_row_matrix(const char *op, const char *name, const at::Tensor &t) {
-  const int64_t dim = t.dim();
-  const int64_t width = dim == 0 ? 1 : t.size(-1);
-  TORCH_CHECK_VALUE(dim == 0 || width <= 1 || t.stride(-1) == 1, op, ": ", name,
-                    " must have stride 1 in its last dimension, got strides ", t.strides(), " for shape ",
-                    t.sizes(), " (call .contiguous() first)");
-  int64_t rows = 1;
-  int64_t row_stride = -1;
-  for (int64_t d = dim - 2; d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (row_stride < 0) {
-      row_stride = t.stride(d);
-    } else {
-      TORCH_CHECK_VALUE(t.stride(d) == row_stride * rows, op, ": ", name,
-                        " must be a row-strided matrix: its leading dimensions must collapse to one row "
-                        "stride, got strides ",
-                        t.strides(), " for shape ", t.sizes(), " (call .contiguous() first)");
-    }
-    rows *= t.size(d);
-  }
-  if (row_stride < 0) row_stride = width;  // a single row
-  TORCH_CHECK_VALUE(rows <= 1 || width == 0 || row_stride >= width, op, ": ", name,
-                    " must have non-overlapping rows (row stride >= last dimension), got strides ", t.strides(),
-                    " for shape ", t.sizes());
-  return {rows, width, row_stride};
-}
-
-bool is_tanh(const char *op, std::string_view approximate) {
-  if (approximate == "tanh") return true;
-  TORCH_CHECK_VALUE(approximate == "none", op, ": approximate must be 'tanh' or 'none', got '", approximate, "'");
-  return false;
-}
-
-void check_out(const char *op, const at::Tensor &out, const at::Tensor &input, at::IntArrayRef shape) {
-  TORCH_CHECK_VALUE(out.is_cuda(), op, ": out must be a CUDA tensor, got device ", out.device());
-  check_like(op, "out", out, "input", input);
-  check_shape(op, "out", out, shape);
+  return geglu_checks::as_row_matrix(op, name, t, geglu_checks::RowOverlap::kRefused);
 }
 
 // out = gelu(input), same shape.
 void gelu_out(const char *op, bool tanh, at::Tensor &out, const at::Tensor &input) {
-  check_input(op, "input", input);
-  check_out(op, out, input, input.sizes());
+  check_input(op, "input", input, kCuda);
+  check_matches(op, "out", out, "input", input, input.sizes(), kCuda);
   if (input.numel() == 0) return;
   const RowMatrix x = as_row_matrix(op, "input", input);
   const RowMatrix y = as_row_matrix(op, "out", out);
@@ -101,15 +51,11 @@ void gelu_out(const char *op, bool tanh, at::Tensor &out, const at::Tensor &inpu
 
 // input [.., 2d] with gate = input[.., :d], up = input[.., d:]; out [.., d].
 void gelu_and_mul_out(const char *op, bool tanh, at::Tensor &out, const at::Tensor &input) {
-  check_input(op, "input", input);
-  TORCH_CHECK_VALUE(input.dim() >= 1, op, ": input must have at least one dimension ([..., 2d]), got a 0-d tensor");
-  const int64_t two_d = input.size(-1);
-  TORCH_CHECK_VALUE(two_d % 2 == 0, op,
-                    ": input must have an even last dimension (gate and up halves, [..., 2d]), got ", two_d);
-  const int64_t d = two_d / 2;
+  check_input(op, "input", input, kCuda);
+  const int64_t d = geglu_checks::merged_half_width(op, "input", input);
   std::vector<int64_t> out_shape = input.sizes().vec();
   out_shape.back() = d;
-  check_out(op, out, input, out_shape);
+  check_matches(op, "out", out, "input", input, out_shape, kCuda);
   if (out.numel() == 0) return;
   const RowMatrix x = as_row_matrix(op, "input", input);
   const RowMatrix y = as_row_matrix(op, "out", out);
@@ -124,10 +70,10 @@ void gelu_and_mul_out(const char *op, bool tanh, at::Tensor &out, const at::Tens
 
 // gelu(gate) * up into a new contiguous tensor.
 at::Tensor geglu_new(const char *op, bool tanh, const at::Tensor &gate, const at::Tensor &up) {
-  check_input(op, "gate", gate);
-  check_input(op, "up", up);
+  check_input(op, "gate", gate, kCuda);
+  check_input(op, "up", up, kCuda);
   check_like(op, "up", up, "gate", gate);
-  check_shape(op, "up", up, gate.sizes());
+  check_shape(op, "up", up, gate.sizes(), "gate", gate);
   const c10::cuda::CUDAGuard guard(gate.device());
   at::Tensor out = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
   if (out.numel() == 0) return out;
@@ -142,13 +88,13 @@ at::Tensor geglu_new(const char *op, bool tanh, const at::Tensor &gate, const at
 // (grad_gate, grad_up) of gelu(gate) * up, new contiguous tensors.
 std::tuple<at::Tensor, at::Tensor> geglu_backward_new(const char *op, bool tanh, const at::Tensor &grad_out,
                                                       const at::Tensor &gate, const at::Tensor &up) {
-  check_input(op, "grad_out", grad_out);
-  check_input(op, "gate", gate);
-  check_input(op, "up", up);
+  check_input(op, "grad_out", grad_out, kCuda);
+  check_input(op, "gate", gate, kCuda);
+  check_input(op, "up", up, kCuda);
   check_like(op, "gate", gate, "grad_out", grad_out);
   check_like(op, "up", up, "grad_out", grad_out);
-  check_shape(op, "gate", gate, grad_out.sizes());
-  check_shape(op, "up", up, grad_out.sizes());
+  check_shape(op, "gate", gate, grad_out.sizes(), "grad_out", grad_out);
+  check_shape(op, "up", up, grad_out.sizes(), "grad_out", grad_out);
   const c10::cuda::CUDAGuard guard(gate.device());
   const auto options = gate.options().memory_format(at::MemoryFormat::Contiguous);
   at::Tensor grad_gate = at::empty(gate.sizes(), options);
