@@ -59,6 +59,7 @@ struct LaunchArgs {
   int approximate;
   int swizzle;  // tile scheduler max_swizzle_size (1, 2, 4, 8)
   int raster;   // 0 heuristic, 1 along M, 2 along N
+  int nostore;  // development: skip the output stores (times the rest)
 };
 
 inline bool same_args(LaunchArgs const& a, LaunchArgs const& b) {
@@ -145,6 +146,7 @@ struct Runner {
       ep.bias_g = static_cast<Element const*>(a.bg);
       ep.bias_u = static_cast<Element const*>(a.bu);
       ep.approximate = a.approximate;
+      ep.debug_nostore = a.nostore;
       args.hw_info.device_id = device;
       args.hw_info.sm_count = sm_count;
       args.scheduler.max_swizzle_size = a.swizzle;
@@ -202,7 +204,9 @@ using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   X(2, "pingpong_128x(2x64)x64_c1", 128, 64, KernelTmaWarpSpecializedPingpong, 1)  \
   X(3, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2) \
   X(4, "coop_256x(2x64)x64_c1", 256, 64, KernelTmaWarpSpecializedCooperative, 1)   \
-  X(5, "pingpong_64x(2x128)x64_c2", 64, 128, KernelTmaWarpSpecializedPingpong, 2)
+  X(5, "pingpong_64x(2x128)x64_c2", 64, 128, KernelTmaWarpSpecializedPingpong, 2) \
+  X(6, "pingpong_128x(2x64)x64_c2", 128, 64, KernelTmaWarpSpecializedPingpong, 2)  \
+  X(7, "coop_256x(2x64)x64_c2", 256, 64, KernelTmaWarpSpecializedCooperative, 2)
 #endif
 
 #define GEGLU_SM90_COUNT(id, name, bm, bn, sched, cm) +1
@@ -225,11 +229,17 @@ int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStre
 }
 
 // Returns an encoded config (variant | swizzle/raster bits, as in the ABI).
+// Measured on H100 SXM (benchmarks/results/gemm_sm90_h100.log):
+// - M <= 128: pingpong 64x(2x128) (fewest wasted rows, most CTAs along N);
+// - x larger than ~20 MB (gemma7b prefill, 4096 x 3072): cooperative 128x(2x128),
+//   cluster 2 (B multicast), where pingpong 128x(2x64) lost 15%;
+// - otherwise pingpong 128x(2x64), cluster 2 (epilogue hidden behind the other
+//   warpgroup's MMA): blog 8192x768->3072, gemma2b 4096x2048->16384, M 256..2048.
 int pick_config(int64_t M, int64_t K, int64_t H) {
-  (void)M;
-  (void)K;
   (void)H;
-  return 0;
+  if (M <= 128) return 1;
+  if (double(M) * double(K) * 2.0 > 20e6) return 3;
+  return 6;
 }
 
 }  // namespace geglu_sm90
@@ -242,7 +252,7 @@ const char* geglu_gemm_sm90_status_string(int status) {
     case GEGLU_SM90_ERR_DTYPE: return "unsupported dtype (bf16 and fp16 only)";
     case GEGLU_SM90_ERR_SHAPE: return "unsupported shape (need K >= 1, H >= 1, sizes < 2^31, ldx >= K, ldw >= K, ldo >= H)";
     case GEGLU_SM90_ERR_STRIDE: return "unsupported strides (K, ldx, ldw, ldo times element size must be multiples of 16 bytes)";
-    case GEGLU_SM90_ERR_ALIGN: return "unsupported pointer alignment (x, w_gate, w_up, out must be 16-byte aligned and non-null)";
+    case GEGLU_SM90_ERR_ALIGN: return "unsupported pointer alignment (x, w_gate, w_up, out must be 16-byte aligned and non-null; biases 4-byte aligned)";
     case GEGLU_SM90_ERR_DEVICE: return "current device is not sm_90 (Hopper)";
     case GEGLU_SM90_ERR_CONFIG: return "config index out of range";
     case GEGLU_SM90_ERR_CUTLASS: return "CUTLASS rejected the problem";
@@ -281,11 +291,15 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   }
   auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
   if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || misaligned(out)) return GEGLU_SM90_ERR_ALIGN;
+  if ((reinterpret_cast<uintptr_t>(b_gate) & 3u) || (reinterpret_cast<uintptr_t>(b_up) & 3u)) {
+    return GEGLU_SM90_ERR_ALIGN;
+  }
   if (config < 0) config = geglu_sm90::pick_config(M, K, H);
   const int variant = config & 0xff;
   const int swz_code = (config >> 8) & 0xf;   // 0: 1, else 2^(code-1)
   const int raster = (config >> 12) & 0xf;
-  if (variant >= geglu_sm90::kNumConfigs || swz_code > 4 || raster > 2 || (config >> 16) != 0) {
+  const int nostore = (config >> 16) & 1;  // undocumented development bit
+  if (variant >= geglu_sm90::kNumConfigs || swz_code > 4 || raster > 2 || (config >> 17) != 0) {
     return GEGLU_SM90_ERR_CONFIG;
   }
   const int swizzle = swz_code == 0 ? 1 : 1 << (swz_code - 1);
@@ -299,7 +313,7 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   if (info == nullptr || info->major != 9 || info->minor != 0) return GEGLU_SM90_ERR_DEVICE;
 
   geglu_sm90::LaunchArgs a{x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo, approximate ? 1 : 0,
-                           swizzle, raster};
+                           swizzle, raster, nostore};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (dtype == GEGLU_SM90_BF16) {
     return geglu_sm90::dispatch<cutlass::bfloat16_t>(variant, a, device, info->sm_count, s);

@@ -21,13 +21,15 @@
 // kernels by Sm90TmaWarpSpecializedAdapter. In the sm90 wgmma accumulator layout each
 // thread holds every 8-column block of the tile's N, so the gate value of column n and
 // the up value of column n + BN sit in the same thread: gelu(gate + bg) * (up + bu) is
-// formed in float32 in registers and written (2 adjacent bf16/fp16 per store).
+// formed in float32 in registers, packed to bf16/fp16 pairs, transposed across the
+// quad of threads that shares a row (shuffles) and written 8 columns (16 B) per store.
 
 #include <cstdint>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
+#include "cutlass/numeric_conversion.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
@@ -261,6 +263,7 @@ class GegluEpilogue {
     Element const* bias_g = nullptr;  // [H] or null
     Element const* bias_u = nullptr;  // [H] or null
     int approximate = 1;              // 1: tanh form, 0: exact (erf)
+    int debug_nostore = 0;            // development only: compute, store nothing
   };
   using Params = Arguments;
 
@@ -329,48 +332,109 @@ class GegluEpilogue {
     Tensor cT = make_identity_tensor(make_shape(Int<BM>{}, Int<2 * BN>{}));
     Tensor tC = thr_mma.partition_C(cT);  // tile coordinates of each accumulator
 
+    static_assert(NB % 4 == 0, "quad transpose works on groups of 4 column blocks");
+    const int t = thread_idx & 3;  // position in the quad that shares a row
     Element* __restrict__ out = params.ptr_out;
     const int64_t ldo = params.ldo;
-    Element const* bg = params.bias_g;
-    Element const* bu = params.bias_u;
+
+    // Bias pairs for this thread's columns h0 + 8j + 2t (+1), loaded once per tile, all
+    // loads in flight together (packed: 2 x 16 bit per register).
+    uint32_t bgp[NB], bup[NB];
+    load_bias_pairs<NB>(params.bias_g, h0 + 2 * t, H, bgp);
+    load_bias_pairs<NB>(params.bias_u, h0 + 2 * t, H, bup);
 
     CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < NB; ++j) {
-      const int col = h0 + int(get<1>(tC(make_coord(0, 0, j), 0, 0)));
-      float bg0 = 0.f, bg1 = 0.f, bu0 = 0.f, bu1 = 0.f;
-      if (col < H) {
-        if (bg) bg0 = float(bg[col]);
-        if (bu) bu0 = float(bu[col]);
-      }
-      if (col + 1 < H) {
-        if (bg) bg1 = float(bg[col + 1]);
-        if (bu) bu1 = float(bu[col + 1]);
-      }
+    for (int mm = 0; mm < MM; ++mm) {
       CUTLASS_PRAGMA_UNROLL
-      for (int mm = 0; mm < MM; ++mm) {
+      for (int r = 0; r < 2; ++r) {
+        const int row = m0 + int(get<0>(tC(make_coord(0, r, 0), mm, 0)));
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < 2; ++r) {
-          const int row = m0 + int(get<0>(tC(make_coord(0, r, j), mm, 0)));
-          const float g0 = acc(make_coord(0, r, j), mm, 0) + bg0;
-          const float g1 = acc(make_coord(1, r, j), mm, 0) + bg1;
-          const float u0 = acc(make_coord(0, r, j + NB), mm, 0) + bu0;
-          const float u1 = acc(make_coord(1, r, j + NB), mm, 0) + bu1;
-          const float o0 = geglu_cuda::gelu<kTanh>(g0) * u0;
-          const float o1 = geglu_cuda::gelu<kTanh>(g1) * u1;
-          if (row < M) {
+        for (int q = 0; q < NB / 4; ++q) {
+          // p[jj]: outputs of columns 8(4q+jj) + 2t, +1 (packed)
+          uint32_t p[4];
+          CUTLASS_PRAGMA_UNROLL
+          for (int jj = 0; jj < 4; ++jj) {
+            const int j = 4 * q + jj;
+            const float2 bgv = unpack2(bgp[j]);
+            const float2 buv = unpack2(bup[j]);
+            const float g0 = acc(make_coord(0, r, j), mm, 0) + bgv.x;
+            const float g1 = acc(make_coord(1, r, j), mm, 0) + bgv.y;
+            const float u0 = acc(make_coord(0, r, j + NB), mm, 0) + buv.x;
+            const float u1 = acc(make_coord(1, r, j + NB), mm, 0) + buv.y;
+            p[jj] = pack2(geglu_cuda::gelu<kTanh>(g0) * u0, geglu_cuda::gelu<kTanh>(g1) * u1);
+          }
+          // 4x4 transpose across the quad: thread t then holds the 8 consecutive
+          // outputs of column block 4q + t, one 16-byte store.
+          quad_transpose(p, t);
+          const int col = h0 + 8 * (4 * q + t);
+          if (row < M && !params.debug_nostore) {
             Element* dst = out + int64_t(row) * ldo + col;
-            if (col + 1 < H) {
-              cutlass::Array<Element, 2> v;
-              v[0] = Element(o0);
-              v[1] = Element(o1);
-              *reinterpret_cast<cutlass::Array<Element, 2>*>(dst) = v;
-            } else if (col < H) {
-              *dst = Element(o0);
+            if (col + 8 <= H) {
+              *reinterpret_cast<uint4*>(dst) = make_uint4(p[0], p[1], p[2], p[3]);
+            } else {
+              CUTLASS_PRAGMA_UNROLL
+              for (int e = 0; e < 8; ++e) {
+                if (col + e < H) {
+                  uint16_t bits = uint16_t(p[e / 2] >> (16 * (e % 2)));
+                  *reinterpret_cast<uint16_t*>(dst + e) = bits;
+                }
+              }
             }
           }
         }
       }
     }
+  }
+
+  CUTLASS_DEVICE static uint32_t pack2(float a, float b) {
+    cutlass::NumericArrayConverter<Element, float, 2> cvt;
+    cutlass::Array<float, 2> f;
+    f[0] = a;
+    f[1] = b;
+    cutlass::Array<Element, 2> e = cvt(f);
+    return reinterpret_cast<uint32_t const&>(e);
+  }
+
+  CUTLASS_DEVICE static float2 unpack2(uint32_t v) {
+    cutlass::Array<Element, 2> e = reinterpret_cast<cutlass::Array<Element, 2> const&>(v);
+    return make_float2(float(e[0]), float(e[1]));
+  }
+
+  // Bias values of columns c + 8j, c + 8j + 1 (c even) for j < N, zero past H or
+  // without bias. Pointer 4-byte aligned (the launcher checks).
+  template <int N>
+  CUTLASS_DEVICE static void load_bias_pairs(Element const* bias, int c, int H, uint32_t (&v)[N]) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < N; ++j) v[j] = 0u;
+    if (bias == nullptr) return;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < N; ++j) {
+      const int col = c + 8 * j;
+      // volatile asm: issued here, all N in flight, waited on only at first use
+      if (col + 1 < H) {
+        asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v[j]) : "l"(bias + col));
+      } else if (col < H) {
+        uint16_t h;
+        asm volatile("ld.global.nc.b16 %0, [%1];" : "=h"(h) : "l"(bias + col));
+        v[j] = h;
+      }
+    }
+  }
+
+  // Thread t of a quad holds p[c] = A[t][c]; afterwards p[c] = A[c][t].
+  CUTLASS_DEVICE static void quad_transpose(uint32_t (&p)[4], int t) {
+    const bool b0 = t & 1;
+    uint32_t x = b0 ? p[0] : p[1];
+    uint32_t y = b0 ? p[2] : p[3];
+    x = __shfl_xor_sync(0xffffffffu, x, 1);
+    y = __shfl_xor_sync(0xffffffffu, y, 1);
+    if (b0) { p[0] = x; p[2] = y; } else { p[1] = x; p[3] = y; }
+    const bool b1 = t & 2;
+    x = b1 ? p[0] : p[2];
+    y = b1 ? p[1] : p[3];
+    x = __shfl_xor_sync(0xffffffffu, x, 2);
+    y = __shfl_xor_sync(0xffffffffu, y, 2);
+    if (b1) { p[0] = x; p[1] = y; } else { p[2] = x; p[3] = y; }
   }
 
   Params params;

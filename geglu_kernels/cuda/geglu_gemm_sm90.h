@@ -28,7 +28,7 @@ enum {
   GEGLU_SM90_ERR_DTYPE = 1,       // dtype is not GEGLU_SM90_BF16 / GEGLU_SM90_FP16
   GEGLU_SM90_ERR_SHAPE = 2,       // M < 0, K < 1, H < 1, a size >= 2^31, or ldx < K, ldw < K, ldo < H
   GEGLU_SM90_ERR_STRIDE = 3,      // K, ldx, ldw or ldo times the element size not a multiple of 16 bytes
-  GEGLU_SM90_ERR_ALIGN = 4,       // x, w_gate, w_up or out not 16-byte aligned, or a null pointer
+  GEGLU_SM90_ERR_ALIGN = 4,       // x, w_gate, w_up or out not 16-byte aligned or null; a bias not 4-byte aligned
   GEGLU_SM90_ERR_DEVICE = 5,      // current device is not compute capability 9.0 (or not queryable)
   GEGLU_SM90_ERR_CONFIG = 6,      // config index out of range
   GEGLU_SM90_ERR_CUTLASS = 7,     // CUTLASS rejected the problem (can_implement / initialize)

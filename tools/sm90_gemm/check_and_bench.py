@@ -189,6 +189,7 @@ def check_unsupported(lib):
         "out misaligned (+8 B)": (p(x), 64, 128, 136, p(W), p(W[128:]), 136, None, None, p(out) + 8, 120, 128, 0, 1, -1),
         "dtype float32 (code 2)": (p(x), 64, 128, 136, p(W), p(W[128:]), 136, None, None, p(out), 128, 128, 2, 1, -1),
         "ldo < H": (p(x), 64, 128, 136, p(W), p(W[128:]), 136, None, None, p(out), 128, 120, 0, 1, -1),
+        "bias misaligned (+2 B)": (p(x), 64, 128, 136, p(W), p(W[128:]), 136, p(W) + 2, None, p(out), 128, 128, 0, 1, -1),
         "config out of range": (p(x), 64, 128, 136, p(W), p(W[128:]), 136, None, None, p(out), 128, 128, 0, 1, 99),
         "K = 0": (p(x), 64, 0, 136, p(W), p(W[128:]), 136, None, None, p(out), 128, 128, 0, 1, -1),
     }
@@ -238,7 +239,7 @@ def bench(fn, warmup=50, rep=300):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median") * 1e3  # us
 
 
-def run_bench(lib, configs, dtypes):
+def run_bench(lib, configs, dtypes, sweep=(3, 6)):
     res = {}
     bf = torch.bfloat16
     a = torch.randn(8192, 8192, device="cuda").to(bf)
@@ -278,13 +279,16 @@ def run_bench(lib, configs, dtypes):
                     best = (cfg, t)
             if best is not None:
                 cfg = best[0]
+                t_nostore = bench(lambda: lib(x, wg, wu, None, None, out, True, cfg | (1 << 16)))
+                row["nostore_us"] = t_nostore
                 t_exact = bench(lambda: lib(x, wg, wu, None, None, out, False, cfg))
                 bg_ = torch.randn(H, device="cuda").to(dt)
                 bu_ = torch.randn(H, device="cuda").to(dt)
                 t_bias = bench(lambda: lib(x, wg, wu, bg_, bu_, out, True, cfg))
-                # scheduler swizzle / raster order on the best variant
-                for code in (2, 3, 4, 1 << 4, 2 << 4):
-                    enc = cfg | (code << 8) if code < 16 else cfg | ((code >> 4) << 12)
+                # tile scheduler swizzle / raster order on the swept variants
+                encs = [v | (sw << 8) | (ra << 12) for v in sweep for ra in (0, 1, 2) for sw in (0, 2, 3)
+                        if (sw, ra) != (0, 0)]
+                for enc in encs:
                     tt = bench(lambda: lib(x, wg, wu, None, None, out, True, enc))
                     row[f"ours_tanh_enc{enc:#x}_us"] = tt
                     log(f"    enc {enc:#06x}: {tt:8.1f} us x{t_cublas / tt:.3f} vs cuBLAS")
@@ -292,15 +296,49 @@ def run_bench(lib, configs, dtypes):
                         best = (enc, tt)
                 cfg = best[0]
                 auto = lib.lib.geglu_gemm_sm90_pick_config(M, K, H, DTYPE_CODE[dt])
+                t_auto = bench(lambda: lib(x, wg, wu, None, None, out, True, -1))
+                row["auto_us"] = t_auto
+                row["auto_vs_cublas"] = t_cublas / t_auto
                 row.update(best_config=f"{lib.names[cfg & 0xff]} enc={cfg:#x}", best_us=best[1], best_tflops=flops / best[1] / 1e6,
                            best_vs_cublas=t_cublas / best[1], best_vs_eager=t_eager / best[1],
                            exact_us=t_exact, bias_tanh_us=t_bias, auto_config=f"{lib.names[auto & 0xff]} enc={auto:#x}")
                 log(f"    best: enc {cfg:#x} {lib.names[cfg & 0xff]} {best[1]:.1f} us = {flops / best[1] / 1e6:.1f} TF/s, "
                     f"x{t_cublas / best[1]:.3f} vs cuBLAS, x{t_eager / best[1]:.2f} vs eager; "
-                    f"exact {t_exact:.1f} us; tanh+bias {t_bias:.1f} us; auto picks {lib.names[auto & 0xff]} {auto:#x}")
+                    f"auto (-1) {t_auto:.1f} us x{t_cublas / t_auto:.3f}; no-store {t_nostore:.1f} us; exact {t_exact:.1f} us; tanh+bias {t_bias:.1f} us; auto picks {lib.names[auto & 0xff]} {auto:#x}")
             res[f"{dname}_{name}"] = row
             del x, W, wg, wu, out
             torch.cuda.empty_cache()
+    return res
+
+
+def run_small_bench(lib, configs):
+    """Smaller M (decode / short prefill) at the gemma7b and blog widths: which variant wins."""
+    res = {}
+    dt = torch.bfloat16
+    for (K, H) in ((3072, 24576), (768, 3072)):
+        for M in (1, 16, 64, 256, 1024, 2048):
+            flops = 2 * M * K * 2 * H
+            x, wg, wu, _, _ = make_inputs(M, K, H, dt, False, "merged", 0, 11)
+            W = torch.cat([wg, wu])
+            wg, wu = W[:H], W[H:]
+            out = torch.empty(M, H, device="cuda", dtype=dt)
+            t_cublas = bench(lambda: torch.mm(x, W.t()), 25, 100)
+            row = dict(M=M, K=K, H=H, cublas_merged_us=t_cublas)
+            parts = []
+            auto = lib.lib.geglu_gemm_sm90_pick_config(M, K, H, 0)
+            for cfg in list(configs) + [auto | (1 << 20)]:
+                c = cfg & ~(1 << 20)
+                if lib(x, wg, wu, None, None, out, True, c) != 0:
+                    continue
+                t = bench(lambda: lib(x, wg, wu, None, None, out, True, c), 25, 100)
+                key = "auto" if cfg >> 20 else str(cfg)
+                row[f"ours_{key}_us"] = t
+                parts.append(f"{key}:{t:.1f}")
+            best = min((v, k) for k, v in row.items() if k.startswith("ours_") and k != "ours_auto_us")
+            row["best"] = best[1]
+            log(f"  small M={M:5d} K={K} H={H}: cuBLAS {t_cublas:8.1f} us ({flops / t_cublas / 1e6:5.1f} TF/s) | "
+                + " ".join(parts) + f" | best {best[1]} x{t_cublas / best[0]:.3f}, auto x{t_cublas / row.get('ours_auto_us', float('nan')):.3f}")
+            res[f"M{M}_K{K}_H{H}"] = row
     return res
 
 
@@ -314,6 +352,8 @@ def main():
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--fp16-bench", action="store_true")
     ap.add_argument("--tag", default="gemm_sm90_h100")
+    ap.add_argument("--sweep", default="3,6", help="variants whose scheduler swizzle/raster are swept")
+    ap.add_argument("--small-bench", default="", help="variants to time at small M, e.g. 1,3,6")
     args = ap.parse_args()
 
     lib = Lib(args.lib)
@@ -341,7 +381,9 @@ def main():
         log(f"check time {time.time() - t0:.1f} s, failures {fails}")
     if not args.no_bench:
         dts = [torch.bfloat16] + ([torch.float16] if args.fp16_bench else [])
-        result["bench"] = run_bench(lib, configs, dts)
+        result["bench"] = run_bench(lib, configs, dts, [int(c) for c in args.sweep.split(",") if c])
+        if args.small_bench:
+            result["small_bench"] = run_small_bench(lib, [int(c) for c in args.small_bench.split(",")])
     result["failures"] = fails
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, args.tag + ".json"), "w") as f:
