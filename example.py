@@ -8,7 +8,7 @@
 Builds a small Gemma (or T5 v1.1, or BERT) with random weights, kernelizes a copy
 with geglu's layers and checks that its logits and greedy tokens match the original.
 The part between the `recipe` markers is the README's "Use with Transformers"
-section, verbatim (tests/test_transformers.py checks that, and runs this file).
+section, verbatim (tests/integration/test_transformers.py checks that, and runs this file).
 """
 
 import argparse

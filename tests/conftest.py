@@ -1,5 +1,10 @@
 """Tests load geglu only the way users do: through `kernels`, never `import geglu`.
 
+Grouped by what they prove: kernels/ (each kernel against a float64 reference),
+api/ (the public functions, routes and layers), integration/ (builds, variants,
+Transformers), release/ (the release tooling). `pytest -m quick` runs kernels/ and
+api/ (about a minute on a CPU, the loop to iterate in); CI runs everything.
+
 `python -m tools.build` must have produced build/<variant>/ first (the README's test
 command does). LOCAL_KERNELS maps the Hub repo id to this checkout, as
 kernel-builder's test shells do.
@@ -26,6 +31,10 @@ DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped, and reported as skipped, on CPU)")
     config.addinivalue_line("markers", "slow: long-running")
+    config.addinivalue_line("markers", "quick: the kernels/ and api/ tests not marked slow (set by conftest)")
+
+
+QUICK_GROUPS = ("kernels", "api")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -33,6 +42,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip)
+        if item.path.parent.name in QUICK_GROUPS and "slow" not in item.keywords:
+            item.add_marker(pytest.mark.quick)
 
 
 def _load(backend=None):

@@ -27,7 +27,7 @@ class whose `__init__(self, name, impl, ...)` defines the op).
 
 Why statically: it works the same for every variant (any torch, any CUDA, aarch64),
 for the local build and for files downloaded from the Hub, and never executes code
-fetched from the Hub. tests/test_release.py cross-checks the op schemas against what
+fetched from the Hub. tests/release/test_release.py cross-checks the op schemas against what
 torch registers when the local CPU variant is imported.
 """
 

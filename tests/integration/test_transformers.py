@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO
 sys.path.insert(0, str(REPO))
 
 import example  # noqa: E402  (the recipe under test: the README's code)

@@ -642,7 +642,7 @@ def test_tuner_rewrites_the_table_block(tmp_path, monkeypatch):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tools import tune_gemm
 
     gc = tune_gemm.load_source_configs()

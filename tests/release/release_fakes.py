@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-# The repository root, for `tools` (pytest puts only tests/ on sys.path).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The repository root, for `tools` (pytest puts only the test folders on sys.path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.publish import content_digest
 from tools.release_api import describe_api
