@@ -147,6 +147,9 @@ def run_checks(lib, configs, quick):
         (4096, 2048, 16384, bf, True, False, "merged", 0, 0),
         (4096, 3072, 24576, fp, False, False, "merged", 0, 0),
         (300, 520, 136, fp, True, False, "separate", 0, 0),
+        (5, 8, 16, bf, True, True, "separate", 0, 0),
+        (9, 16, 1, fp, False, True, "merged", 8, 7),
+        (130, 24, 9, bf, True, True, "swapped", 0, 7),
     ]
     if quick:
         cases = cases[:5] + cases[7:8]
@@ -342,6 +345,54 @@ def run_small_bench(lib, configs):
     return res
 
 
+def run_final(lib, dtypes, rounds=5, extra=(3, 6, 0x2303)):
+    """Interleaved repeats (run-to-run spread on the H100 is ~2%): each round times every
+    candidate once; the table reports the median over rounds."""
+    import statistics
+
+    res = {}
+    for dt in dtypes:
+        dname = str(dt).split(".")[-1]
+        for name, (M, K, H) in SHAPES.items():
+            flops = 2 * M * K * 2 * H
+            x, wg, wu, _, _ = make_inputs(M, K, H, dt, False, "merged", 0, 21)
+            W = torch.cat([wg, wu])
+            wg, wu = W[:H], W[H:]
+            out = torch.empty(M, H, device="cuda", dtype=dt)
+            auto = lib.lib.geglu_gemm_sm90_pick_config(M, K, H, DTYPE_CODE[dt])
+            fns = {
+                "cublas_merged": lambda: torch.mm(x, W.t()),
+                "eager": lambda: F.gelu(x @ wg.t(), approximate="tanh") * (x @ wu.t()),
+                "ours_auto": lambda: lib(x, wg, wu, None, None, out, True, -1),
+            }
+            for e in extra:
+                if e != auto:
+                    fns[f"ours_{e:#x}"] = (lambda e=e: lib(x, wg, wu, None, None, out, True, e))
+            for f in fns.values():  # warm
+                f()
+            torch.cuda.synchronize()
+            times = {k: [] for k in fns}
+            for _ in range(rounds):
+                for k, f in fns.items():
+                    times[k].append(bench(f, 25, 200))
+            med = {k: statistics.median(v) for k, v in times.items()}
+            spread = {k: (max(v) - min(v)) / statistics.median(v) for k, v in times.items()}
+            tc = med["cublas_merged"]
+            row = dict(M=M, K=K, H=H, dtype=dname, auto_config=f"{lib.names[auto & 0xff]} enc={auto:#x}",
+                       median_us=med, spread=spread, rounds=times,
+                       tflops={k: flops / v / 1e6 for k, v in med.items()},
+                       vs_cublas={k: tc / v for k, v in med.items()},
+                       vs_eager={k: med["eager"] / v for k, v in med.items()})
+            res[f"{dname}_{name}"] = row
+            log(f"FINAL {dname} {name:8s} (M={M} K={K} H={H}) auto={lib.names[auto & 0xff]} {auto:#x}")
+            for k in fns:
+                log(f"    {k:14s} {med[k]:8.1f} us {flops / med[k] / 1e6:6.1f} TF/s  x{tc / med[k]:.3f} vs cuBLAS"
+                    f"  x{med['eager'] / med[k]:.2f} vs eager  (spread {100 * spread[k]:.1f}%)")
+            del x, W, wg, wu, out
+            torch.cuda.empty_cache()
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default=os.path.join(ROOT, ".sm90dev", "libgeglu_gemm_sm90.so"))
@@ -352,6 +403,7 @@ def main():
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--fp16-bench", action="store_true")
     ap.add_argument("--tag", default="gemm_sm90_h100")
+    ap.add_argument("--final", action="store_true", help="interleaved repeated timing, bf16 and fp16")
     ap.add_argument("--sweep", default="3,6", help="variants whose scheduler swizzle/raster are swept")
     ap.add_argument("--small-bench", default="", help="variants to time at small M, e.g. 1,3,6")
     args = ap.parse_args()
@@ -382,6 +434,8 @@ def main():
     if not args.no_bench:
         dts = [torch.bfloat16] + ([torch.float16] if args.fp16_bench else [])
         result["bench"] = run_bench(lib, configs, dts, [int(c) for c in args.sweep.split(",") if c])
+        if args.final:
+            result["final"] = run_final(lib, [torch.bfloat16, torch.float16])
         if args.small_bench:
             result["small_bench"] = run_small_bench(lib, [int(c) for c in args.small_bench.split(",")])
     result["failures"] = fails
