@@ -66,6 +66,16 @@ inline bool same_args(LaunchArgs const& a, LaunchArgs const& b) {
   return std::memcmp(&a, &b, sizeof(LaunchArgs)) == 0;
 }
 
+// The CUDA error behind the last GEGLU_SM90_ERR_CUDA of this thread (cleared from the
+// runtime's last-error slot, so a fallback path does not see it).
+thread_local int g_last_cuda_error = 0;
+
+inline int cuda_fail(cudaError_t e) {
+  g_last_cuda_error = int(e);
+  cudaGetLastError();
+  return GEGLU_SM90_ERR_CUDA;
+}
+
 struct DeviceInfo {
   int sm_count = 0;
   int major = 0, minor = 0;
@@ -110,10 +120,9 @@ struct Runner {
 
     if (!attr_set[device].load(std::memory_order_acquire)) {
       int smem = Kernel::SharedStorageSize;
-      if (cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               smem) != cudaSuccess) {
-        return GEGLU_SM90_ERR_CUDA;
-      }
+      cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (e != cudaSuccess) return cuda_fail(e);
       attr_set[device].store(true, std::memory_order_release);
     }
 
@@ -182,10 +191,8 @@ struct Runner {
       cfg.numAttrs = 1;
     }
     void* kargs[] = {&params};
-    if (cudaLaunchKernelExC(&cfg, reinterpret_cast<void const*>(cutlass::device_kernel<Kernel>), kargs) !=
-        cudaSuccess) {
-      return GEGLU_SM90_ERR_CUDA;
-    }
+    cudaError_t e = cudaLaunchKernelExC(&cfg, reinterpret_cast<void const*>(cutlass::device_kernel<Kernel>), kargs);
+    if (e != cudaSuccess) return cuda_fail(e);
     return GEGLU_SM90_OK;
   }
 };
@@ -256,11 +263,13 @@ const char* geglu_gemm_sm90_status_string(int status) {
     case GEGLU_SM90_ERR_DEVICE: return "current device is not sm_90 (Hopper)";
     case GEGLU_SM90_ERR_CONFIG: return "config index out of range";
     case GEGLU_SM90_ERR_CUTLASS: return "CUTLASS rejected the problem";
-    case GEGLU_SM90_ERR_CUDA: return "CUDA error at launch";
+    case GEGLU_SM90_ERR_CUDA: return "CUDA error at launch (geglu_gemm_sm90_last_cuda_error() has the code)";
     case GEGLU_SM90_ERR_NOT_BUILT: return "built without sm_90a kernels";
     default: return "unknown status";
   }
 }
+
+int geglu_gemm_sm90_last_cuda_error(void) { return geglu_sm90::g_last_cuda_error; }
 
 int geglu_gemm_sm90_num_configs(void) { return geglu_sm90::kNumConfigs; }
 

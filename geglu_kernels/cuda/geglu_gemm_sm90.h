@@ -15,8 +15,15 @@
 // shared-memory attribute, so make one call before capturing).
 //
 // Returns 0 on success (also for M == 0: nothing to do). Any nonzero value means
-// nothing was launched (except GEGLU_SM90_ERR_CUDA: the launch itself failed) and the
-// caller should fall back; geglu_gemm_sm90_status_string() describes it.
+// nothing was launched and the caller should fall back; geglu_gemm_sm90_status_string()
+// describes it.
+//
+// Supported: any M >= 0, K >= 1, H >= 1 (each < 2^31; no tile-multiple requirement: the
+// last tiles are bounded by TMA and predicated stores), bf16/fp16, with or without
+// either bias, tanh or exact GELU, Wg/Wu anywhere (merged, separate, Wu before Wg).
+// Unsupported (status, no launch): K*2, ldx*2, ldw*2 or ldo*2 bytes not a multiple of
+// 16; x, w_gate, w_up, out not 16-byte aligned; a bias not 4-byte aligned; other
+// dtypes; a device other than compute capability 9.0.
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -32,7 +39,7 @@ enum {
   GEGLU_SM90_ERR_DEVICE = 5,      // current device is not compute capability 9.0 (or not queryable)
   GEGLU_SM90_ERR_CONFIG = 6,      // config index out of range
   GEGLU_SM90_ERR_CUTLASS = 7,     // CUTLASS rejected the problem (can_implement / initialize)
-  GEGLU_SM90_ERR_CUDA = 8,        // a CUDA call failed (launch, attribute); see the CUDA error state
+  GEGLU_SM90_ERR_CUDA = 8,        // a CUDA call failed (attribute, launch): geglu_gemm_sm90_last_cuda_error()
   GEGLU_SM90_ERR_NOT_BUILT = 9    // library built without sm_90a kernels
 };
 
@@ -52,6 +59,10 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
 
 // Static, NUL-terminated description of a status code.
 const char* geglu_gemm_sm90_status_string(int status);
+
+// The cudaError_t value behind this thread's last GEGLU_SM90_ERR_CUDA (the launcher
+// clears it from the CUDA runtime's last-error slot).
+int geglu_gemm_sm90_last_cuda_error(void);
 
 // Kernel variants (schedule and tile) that `config` may name.
 int geglu_gemm_sm90_num_configs(void);
