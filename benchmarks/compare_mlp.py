@@ -193,6 +193,34 @@ def main() -> int:
         del x, wg, wu, wd, wgu, h_tmp, compiled
         torch.cuda.empty_cache()
 
+    # ---------------------------------------------------------------- gate/up engines
+    # The fused gate/up GEMM's two engines side by side, the Hopper CUTLASS engine (where
+    # the loaded variant has it) and the Triton kernel, against one cuBLAS GEMM of the
+    # merged [2*hidden, dim] weight (no activation), per token count: what linear.py's
+    # choice of engine (SM90_MIN_TOKENS) rests on.
+    ops = geglu._ops.ops
+    res["gate_up_engines"] = {}
+    for (d, h) in sorted({(d, h) for _, d, h in MLP_SHAPES.values()}):
+        for m in (16, 64, 256, 1024, 4096, 8192):
+            x = torch.randn(m, d, device=dev, dtype=DT)
+            wgu = torch.randn(2 * h, d, device=dev, dtype=DT) * d**-0.5
+            wg, wu = wgu[:h], wgu[h:]
+            ref = F.gelu(F.linear(x, wg).float(), approximate="tanh") * F.linear(x, wu).float()
+            engines = {"cublas_merged": lambda: F.linear(x, wgu),
+                       "triton": lambda: geglu.triton_kernels.gemm.geglu_forward(x, wg, wu, None, None, "tanh")}
+            if hasattr(ops, "_geglu_linear_sm90"):
+                engines["sm90"] = lambda: ops._geglu_linear_sm90(x, wg, wu, None, None, "tanh")
+            row = {}
+            for kk, fn in engines.items():
+                if kk != "cublas_merged":
+                    err = rel_err(fn(), ref)
+                    assert err < 2e-2, (kk, m, d, h, err)
+                row[kk] = rate(2 * m * d * 2 * h, bench_us(fn))
+            res["gate_up_engines"][f"{m}x{d}x{h}"] = row
+            print(f"gate/up {m}x{d}->{h}: " + ", ".join(f"{kk} {v['us']:.1f} us ({v['tflops']:.0f} TF)" for kk, v in row.items()), flush=True)
+            del x, wgu, wg, wu, ref
+    torch.cuda.empty_cache()
+
     # ---------------------------------------------------------------- linear + bias + GELU
     res["linear_bias_gelu"] = {}
     for name, (m, k, n) in GELU_SHAPES.items():

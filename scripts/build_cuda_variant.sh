@@ -19,6 +19,7 @@ fi
 # --isolated: this machine's pip configuration prefers a local CPU wheel of torch 2.13.0.
 "$VENV/bin/python" -m pip --isolated install -q --disable-pip-version-check \
   torch==2.13.0 ninja==1.13.0 numpy kernels==0.17.2 kernels-data==0.16.2 kernel-abi-check==0.14.1 \
+  nvidia-cutlass==4.2.0.0 \
   || { echo "build_cuda_variant: could not install torch 2.13.0 (CUDA) from PyPI" >&2; exit 1; }
 "$VENV/bin/python" -c "import torch; assert torch.version.cuda, torch.__version__; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 "$VENV/bin/python" -m tools.build --backend cuda --no-noarch --skip-load-check --out build-cu130 --work .cache/build-cu130

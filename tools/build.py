@@ -14,6 +14,7 @@ module with `kernel-abi-check` and imports the variant through `kernels`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -53,6 +54,7 @@ class KernelSection:
     cuda_flags: list[str] = field(default_factory=list)
     cxx_flags: list[str] = field(default_factory=list)
     include: list[str] = field(default_factory=list)
+    depends: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -85,6 +87,7 @@ def read_config(src: Path) -> BuildConfig:
             cuda_flags=sec.get("cuda-flags", []),
             cxx_flags=sec.get("cxx-flags", []),
             include=sec.get("include", []),
+            depends=sec.get("depends", []),
         )
         for name, sec in raw.get("kernel", {}).items()
     ]
@@ -220,10 +223,72 @@ def supported_capabilities(nvcc: str, wanted: list[str]) -> list[str]:
     return [c for c in wanted if c.removesuffix("+PTX").replace(".", "").rstrip("af") in have]
 
 
+def dependency_includes(kernel: KernelSection) -> list[str]:
+    """Include directories of a section's C++ dependencies. kernel-builder's Nix builds
+    take `cutlass_<major>_<minor>` from nixpkgs; here the headers come from the
+    `nvidia-cutlass` wheel pinned in requirements.txt (cutlass_library/source/include)."""
+    dirs = []
+    for dep in kernel.depends:
+        if dep == "torch":
+            continue
+        if not dep.startswith("cutlass_"):
+            raise BuildError(f"build.toml: kernel.{kernel.name} depends on {dep!r}, which this builder cannot provide")
+        spec = importlib.util.find_spec("cutlass_library")
+        include = Path(spec.origin).parent / "source" / "include" if spec and spec.origin else None
+        if include is None or not (include / "cute" / "tensor.hpp").is_file():
+            raise BuildError(
+                f"build.toml: kernel.{kernel.name} depends on {dep}: install the nvidia-cutlass wheel "
+                "(pinned in requirements.txt) for its headers"
+            )
+        dirs.append(str(include))
+    return dirs
+
+
+def cuda_object_command(kernel: KernelSection, src: str, obj: Path, capabilities: list[str]) -> list[str]:
+    """The nvcc command that compiles one .cu of an extra CUDA section (see
+    compile_cuda_objects) to an object; tools/nvcc_check.py runs the same one."""
+    flags = [
+        "-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC", "-Xcompiler=-fno-gnu-unique",
+        f"--pre-include={REPO / 'tools' / 'glibc_compat.h'}", *gencode_flags(capabilities), *kernel.cuda_flags,
+    ]  # fmt: skip
+    if os.environ.get("CC"):
+        flags = ["-ccbin", os.environ["CC"], *flags]
+    includes = [f"-I{REPO / i}" for i in kernel.include] + [f"-I{d}" for d in dependency_includes(kernel)]
+    return [nvcc_path(), "-c", str(REPO / src), "-o", str(obj), *flags, *includes]
+
+
+def compile_cuda_objects(kernel: KernelSection, work: Path, capabilities: list[str], verbose: bool) -> list[Path]:
+    """Object files of an extra CUDA section, each .cu compiled with nvcc for that
+    section's own capabilities (kernel-builder builds every section for its own
+    cuda-capabilities; cpp_extension.load takes one set for the whole module). The
+    sources of such a section are plain CUDA C++ with a C ABI: no torch headers."""
+    objects = []
+    work.mkdir(parents=True, exist_ok=True)
+    newest_input = max((REPO / s).stat().st_mtime for s in kernel.src)
+    for src in kernel.src:
+        if not src.endswith(".cu"):
+            continue
+        obj = work / f"{Path(src).stem}.o"
+        if not obj.exists() or obj.stat().st_mtime < newest_input:
+            log(f"  nvcc {src} for {capabilities}")
+            res = subprocess.run(cuda_object_command(kernel, src, obj, capabilities), capture_output=not verbose, text=True)
+            if res.returncode != 0:
+                raise BuildError(f"nvcc failed on {src}:\n{res.stderr if not verbose else ''}")
+        objects.append(obj)
+    return objects
+
+
 def compile_module(
-    cfg: BuildConfig, kernel: KernelSection, ops_name: str, work: Path, capabilities: list[str], verbose: bool
+    cfg: BuildConfig,
+    kernel: KernelSection,
+    ops_name: str,
+    work: Path,
+    capabilities: list[str],
+    verbose: bool,
+    extra_objects: list[Path] = (),
 ) -> Path:
-    """Build the native module with torch.utils.cpp_extension (ninja, incremental)."""
+    """Build the native module with torch.utils.cpp_extension (ninja, incremental);
+    `extra_objects` (other sections' objects) are linked into it."""
     from torch.utils import cpp_extension
 
     gen_dir = work / "generated"
@@ -258,20 +323,25 @@ def compile_module(
         *kernel.cuda_flags,
     ]
     include = [str(gen_dir), str(REPO / "torch-ext")] + [str(REPO / i) for i in kernel.include]
+    include += dependency_includes(kernel)
     build_dir = work / "ninja"
     build_dir.mkdir(parents=True, exist_ok=True)
+    built = build_dir / f"{ops_name}.so"
+    # ninja links only when its own inputs change: relink when an extra object did.
+    if built.exists() and any(o.stat().st_mtime > built.stat().st_mtime for o in extra_objects):
+        built.unlink()
     cpp_extension.load(
         name=ops_name,
         sources=sources,
         extra_cflags=cflags,
         extra_cuda_cflags=cuda_cflags,
         extra_include_paths=include,
+        extra_ldflags=[str(o) for o in extra_objects],
         build_directory=str(build_dir),
         verbose=verbose,
         with_cuda=kernel.backend == "cuda",
         is_python_module=False,
     )
-    built = build_dir / f"{ops_name}.so"
     if not built.exists():
         raise BuildError(f"cpp_extension did not produce {built}")
     return built
@@ -464,20 +534,37 @@ def tree_size(path: Path) -> int:
 
 
 def build_arch_variant(
-    cfg: BuildConfig, kernel: KernelSection, uid: str, nvcc: str | None, out_root: Path, work_root: Path, verbose: bool
+    cfg: BuildConfig,
+    sections: list[KernelSection],
+    uid: str,
+    nvcc: str | None,
+    out_root: Path,
+    work_root: Path,
+    verbose: bool,
 ) -> str:
-    """Compile, ABI-check and assemble build/<variant>/ for one kernel section."""
-    capabilities: list[str] = []
-    if kernel.backend == "cuda":
-        capabilities = supported_capabilities(nvcc, kernel.cuda_capabilities)
-        dropped = sorted(set(kernel.cuda_capabilities) - set(capabilities))
-        if dropped:
-            log(f"nvcc cannot target {dropped}; building {capabilities}")
+    """Compile, ABI-check and assemble build/<variant>/ from the kernel sections of one
+    backend: the first through cpp_extension with the torch binding, the others (CUDA
+    sections with capabilities of their own) as objects linked into the same module."""
+    kernel, extra = sections[0], sections[1:]
+    if extra and kernel.backend != "cuda":
+        raise BuildError(f"build.toml: one {kernel.backend} kernel section per backend, got {len(sections)}")
     variant = variant_name(torch_backend() if kernel.backend == "cuda" else "cpu")
     ops_name = f"_{cfg.python_name}_{kernel.backend}_{uid}"
+    capabilities: list[str] = []
+    archs: set[str] = set()
+    objects: list[Path] = []
+    if kernel.backend == "cuda":
+        capabilities = _capabilities(nvcc, kernel)
+        archs.update(capabilities)
+        for sec in extra:
+            caps = _capabilities(nvcc, sec)
+            archs.update(caps)
+            t = time.time()
+            objects += compile_cuda_objects(sec, work_root / variant / "objects" / sec.name, caps, verbose)
+            log(f"  kernel.{sec.name} ({', '.join(caps)}) compiled in {time.time() - t:.1f}s")
     log(f"compile kernel.{kernel.name} -> {variant}/{ops_name}.abi3.so")
     t = time.time()
-    so = compile_module(cfg, kernel, ops_name, work_root / variant, capabilities, verbose)
+    so = compile_module(cfg, kernel, ops_name, work_root / variant, capabilities, verbose, objects)
     log(f"  compiled in {time.time() - t:.1f}s")
 
     problems = check_abi(so)
@@ -487,10 +574,18 @@ def build_arch_variant(
 
     backend_meta: dict = {"type": kernel.backend}
     if kernel.backend == "cuda":
-        backend_meta["archs"] = sorted(capabilities)
+        backend_meta["archs"] = sorted(archs)
     assemble(cfg, out_root / variant, ops_name, so, backend_meta)
     verify_digest(out_root / variant)
     return variant
+
+
+def _capabilities(nvcc: str, kernel: KernelSection) -> list[str]:
+    caps = supported_capabilities(nvcc, kernel.cuda_capabilities)
+    dropped = sorted(set(kernel.cuda_capabilities) - set(caps))
+    if dropped:
+        log(f"nvcc cannot target {dropped} for kernel.{kernel.name}; building {caps}")
+    return caps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -528,15 +623,19 @@ def main(argv: list[str] | None = None) -> int:
             raise BuildError("torch is a CUDA build but nvcc was not found (set CUDA_HOME)")
         buildable.add("cuda")
     built = []
+    by_backend: dict[str, list[KernelSection]] = {}
     for kernel in cfg.kernels:
-        if args.backend and kernel.backend not in args.backend:
-            log(f"skip kernel.{kernel.name} (backend {kernel.backend}): not requested")
+        by_backend.setdefault(kernel.backend, []).append(kernel)
+    for kernel_backend, sections in by_backend.items():
+        names = ", ".join(f"kernel.{k.name}" for k in sections)
+        if args.backend and kernel_backend not in args.backend:
+            log(f"skip {names} (backend {kernel_backend}): not requested")
             continue
-        if kernel.backend not in buildable:
-            why = "running torch is a CPU build" if kernel.backend == "cuda" else "no local toolchain for it"
-            log(f"skip kernel.{kernel.name} (backend {kernel.backend}): {why}; the Nix matrix builds it")
+        if kernel_backend not in buildable:
+            why = "running torch is a CPU build" if kernel_backend == "cuda" else "no local toolchain for it"
+            log(f"skip {names} (backend {kernel_backend}): {why}; the Nix matrix builds it")
             continue
-        built.append(build_arch_variant(cfg, kernel, uid, nvcc, out_root, work_root, args.verbose))
+        built.append(build_arch_variant(cfg, sections, uid, nvcc, out_root, work_root, args.verbose))
 
     if not args.no_noarch and "cuda" in cfg.backends:
         noarch_ops = f"_{cfg.python_name}_triton_{uid}"

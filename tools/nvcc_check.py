@@ -7,7 +7,8 @@
 For each `backend = "cuda"` kernel section of build.toml: compiles every `.cu` to an
 object (`-c`) once per capability of its `cuda-capabilities`, plus `-Xptxas -v`, and
 every host source of the module (torch binding, the section's `.cpp`, the builder's
-glibc shim) once with the host compiler. Nothing is linked. Prints, per capability,
+glibc shim) once with the host compiler. Extra sections (the Hopper GEMM engine) are
+compiled with the builder's own nvcc command for them (build.cuda_object_command). Nothing is linked. Prints, per capability,
 the registers, spill stores/loads and stack frame of every kernel; exits 1 on any
 compile error.
 
@@ -248,12 +249,16 @@ def main(argv: list[str] | None = None) -> int:
             if dropped:
                 print(f"[nvcc_check] nvcc cannot target {dropped}; checking {caps}")
             if args.cap:
-                unknown = sorted(set(args.cap) - set(caps))
-                if unknown:
-                    print(f"[nvcc_check] ERROR: {unknown} not in kernel.{kernel.name} capabilities {caps}")
-                    return 1
                 caps = [c for c in caps if c in args.cap]
             work = tmp_path / kernel.name
+            if kernel is not sections[0]:  # an extra section: the builder's own nvcc command per .cu
+                for cap in caps:
+                    for src in (s for s in kernel.src if s.endswith(".cu")):
+                        obj = work / f"{Path(src).stem}.{cap}.o"
+                        work.mkdir(parents=True, exist_ok=True)
+                        cmd = [*builder.cuda_object_command(kernel, src, obj, [cap]), "-Xptxas", "-v"]
+                        jobs.append(Job(label=f"{src} sm_{cap.replace('.', '')}", cmd=cmd, capability=cap))
+                continue
             cmds = compile_commands(builder_load_arguments(cfg, kernel, work, caps), home)
             for cap in caps:
                 for src in cmds.cu_sources:
@@ -267,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
                     obj = work / f"{Path(src).stem}.host.o"
                     jobs.append(Job(label=f"{rel} (host)", cmd=[cxx, "-c", src, "-o", str(obj), *cmds.cxx]))
 
+        if args.cap:
+            known = {c for k in sections for c in builder.supported_capabilities(nvcc, k.cuda_capabilities)}
+            unknown = sorted(set(args.cap) - known)
+            if unknown:
+                print(f"[nvcc_check] ERROR: {unknown} not among the capabilities of build.toml: {sorted(known)}")
+                return 1
         print(f"[nvcc_check] {len(jobs)} compile jobs, {args.jobs} at a time; nvcc {nvcc}, CUDA {home}", flush=True)
         t0 = time.time()
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -31,6 +31,12 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("geglu_backward", device, &geglu_backward);
   ops.impl("_geglu_mlp_cublas", device, &geglu_mlp_cublas);
   ops.impl("_geglu_mlp_cublas", c10::DispatchKey::Autograd, &geglu_mlp_cublas_autograd);
+
+#if defined(CUDA_KERNEL)
+  ops.def("_geglu_linear_sm90(Tensor x, Tensor w_gate, Tensor w_up, Tensor? b_gate, Tensor? b_up, "
+          "str approximate) -> Tensor");
+  ops.impl("_geglu_linear_sm90", device, &geglu_linear_sm90);
+#endif
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

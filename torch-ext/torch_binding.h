@@ -39,3 +39,9 @@ torch::Tensor geglu_mlp_cublas_autograd(torch::Tensor const &x, torch::Tensor co
                                         c10::optional<torch::Tensor> const &b_up,
                                         c10::optional<torch::Tensor> const &b_down,
                                         c10::optional<torch::Tensor> const &residual, std::string_view approximate);
+
+// CUDA only: the Hopper GEMM engine with the GeGLU in its epilogue
+// (geglu_kernels/cuda/geglu_linear_sm90.cpp); x [M, K], weights [hidden, K].
+torch::Tensor geglu_linear_sm90(torch::Tensor const &x, torch::Tensor const &w_gate, torch::Tensor const &w_up,
+                                c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
+                                std::string_view approximate);

@@ -12,7 +12,9 @@ Routes (why each one wins, with the measurements: docs/DESIGN.md):
                        cuBLASLt's GELU_BIAS epilogue (torch._addmm_activation, which has
                        no derivative); otherwise F.linear, then F.gelu.
     geglu_linear       no gradient needed, on CUDA: one fused gate/up GEMM with the GeGLU
-                       in its epilogue (`_fused_gate_up`, triton_kernels/gemm.py);
+                       in its epilogue (`_fused_gate_up`): the Hopper engine on sm_90
+                       (geglu_kernels/cuda/geglu_gemm_sm90.cu), the Triton kernel
+                       elsewhere (triton_kernels/gemm.py);
                        otherwise `_composed_gate_up`: torch's GEMMs, then the package's
                        differentiable geglu.
     geglu_mlp          geglu_linear's routes, then the down projection on cuBLAS with its
@@ -117,14 +119,63 @@ if triton_gemm is not None and not hasattr(ops, "_geglu_linear_fused"):
     ).register_fake(_fused_gate_up_fake)
 
 
+# Compiled CUDA variants carry the Hopper GEMM engine (geglu_kernels/cuda/geglu_gemm_sm90.cu,
+# op _geglu_linear_sm90). It serves an sm_90 GPU from this many tokens on; below, the
+# Triton kernel's split-K decode schedule (benchmarks/compare_mlp.py, gate_up_engines).
+SM90_MIN_TOKENS = 1
+_SM90_ENGINE = hasattr(ops, "_geglu_linear_sm90")
+_SM90_DTYPES = (torch.bfloat16, torch.float16)
+_CAPABILITY = {}
+
+if _SM90_ENGINE:
+    try:
+        torch.library.register_fake(add_op_namespace_prefix("_geglu_linear_sm90"), _fused_gate_up_fake)
+    except RuntimeError:  # a second import of the same build: registered by the first
+        pass
+
+
+def _capability(device: torch.device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CAPABILITY:
+        _CAPABILITY[index] = torch.cuda.get_device_capability(index)
+    return _CAPABILITY[index]
+
+
+def _aligned16(t: Tensor) -> bool:
+    """16-byte aligned base and row stride, as TMA reads a matrix (fake tensors under
+    torch.compile have no address: their offset into an allocator block stands in)."""
+    elems = 16 // t.element_size()
+    base = t.data_ptr() % 16 == 0 if all_plain(t) else t.storage_offset() % elems == 0
+    return base and t.stride(0) % elems == 0 and t.shape[1] % elems == 0
+
+
+def _sm90_serves(x: Tensor, g: _GateUp) -> bool:
+    """Whether the Hopper engine takes this call (its launcher checks the same rules)."""
+    return (
+        _SM90_ENGINE
+        and x.dtype in _SM90_DTYPES
+        and x.shape[0] >= SM90_MIN_TOKENS
+        and _capability(x.device) == (9, 0)
+        and g.w_gate.stride(0) == g.w_up.stride(0)
+        and g.w_gate.shape[0] % 8 == 0  # the output's rows, 16-byte aligned
+        and all(_aligned16(t) for t in (x, g.w_gate, g.w_up))
+        and all(b is None or b.is_contiguous() for b in (g.b_gate, g.b_up))
+    )
+
+
 def _fused_gate_up(x: Tensor, g: _GateUp, approximate: str) -> Optional[Tensor]:
-    """The fused gate/up GEMM for this call, or None where it does not run: not CUDA,
-    no triton, an empty problem, or an operand without unit column stride."""
-    if triton_gemm is None or x.device.type != "cuda" or 0 in (x.shape[0], x.shape[1], g.w_gate.shape[0]):
+    """The fused gate/up GEMM for this call (the Hopper engine where it serves, else the
+    Triton kernel), or None where neither runs: not CUDA, no triton, an empty problem,
+    or an operand without unit column stride."""
+    if x.device.type != "cuda" or 0 in (x.shape[0], x.shape[1], g.w_gate.shape[0]):
         return None
     if any(t.stride(-1) != 1 for t in (x, g.w_gate, g.w_up)):
         return None
     args = (x, *g, approximate)
+    if _sm90_serves(x, g):
+        return ops._geglu_linear_sm90(*args)
+    if triton_gemm is None:
+        return None
     if direct_call_ok(*args[:5]):
         return _fused_gate_up_impl(*args)
     return ops._geglu_linear_fused(*args)
