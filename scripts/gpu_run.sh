@@ -46,7 +46,7 @@ for stage in $stages; do
     test) run test python3 -m pytest -q -rs --junitxml="$OUT/junit.xml" -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     sanitize)
       run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 \
-        python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_cuda_kernels.py -k "not 2_31 and not large" ;;
+        python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_cuda_kernels.py tests/kernels/test_gemm_sm90.py -k "not 2_31 and not large" ;;
     bench)
       # torch.compile's anchors compile inside the benchmark processes; inductor's pool of
       # compile worker processes would start and warm up in the background while later

@@ -1,0 +1,184 @@
+"""The Hopper GEMM engine (geglu_kernels/cuda/geglu_gemm_sm90.cu) through its op
+`_geglu_linear_sm90`, on an sm_90 GPU only: gelu(x @ w_gate.T + b_gate) * (x @ w_up.T +
+b_up) against a float64 reference over a grid of token counts and sizes (tails of every
+tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
+weights; > 2^31-element operands; the refusals (clear errors, never a wrong answer);
+and the route linear.py takes to it.
+
+The op allocates its result: before each call the allocator is handed a NaN-filled
+block of the same size, which it usually gives back, so unwritten elements show.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import STORAGE_TOLERANCE
+
+pytestmark = pytest.mark.cuda
+
+GRID_M = [1, 7, 64, 1000, 4096, 8192]
+GRID_KN = [(64, 64), (64, 16384), (16384, 64), (768, 3072), (3000, 1000), (2048, 16384)]
+DTYPES = [torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(scope="module")
+def sm90(kernel):
+    """The op, where this GPU and the loaded variant have the engine."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Hopper engine runs on sm_90 GPUs (H100/H200) only")
+    ops = kernel._ops.ops
+    if not hasattr(ops, "_geglu_linear_sm90"):
+        pytest.fail("the loaded CUDA variant lacks _geglu_linear_sm90: build it with `python -m tools.build`")
+    return ops._geglu_linear_sm90
+
+
+def rand(shape, dtype, seed, scale=1.0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (scale * torch.randn(shape, generator=g, device="cuda", dtype=torch.float32)).to(dtype)
+
+
+def reference(x, wg, wu, bg, bu, approximate):
+    x64 = x.double()
+    g = x64 @ wg.double().t() + (0 if bg is None else bg.double())
+    u = x64 @ wu.double().t() + (0 if bu is None else bu.double())
+    return F.gelu(g, approximate=approximate) * u
+
+
+def assert_close(actual, expected, dtype, k):
+    """The storage dtype's rounding of the result, plus the bf16/fp16 products summed
+    over K in float32 (scaled by the result's magnitude)."""
+    tol = STORAGE_TOLERANCE[dtype]
+    scale = expected.abs().max().item() + 1e-6
+    atol = tol["atol"] + 2e-3 * scale * (1 if k <= 4096 else 2)
+    assert not torch.isnan(actual).any(), "unwritten (NaN) elements in the result"
+    torch.testing.assert_close(actual.double(), expected, rtol=tol["rtol"], atol=atol)
+
+
+def poison_allocator(m, n, dtype):
+    torch.full((m, n), float("nan"), device="cuda", dtype=dtype)  # freed at once, reused by the op
+
+
+def case_options(i):
+    """The i-th combination of (approximate, biases, merged weight), so the grid covers all."""
+    return ["tanh", "none"][i % 2], [(False, False), (True, True), (True, False), (False, True)][i // 2 % 4], i % 3 == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kn", GRID_KN, ids=lambda kn: f"K{kn[0]}-N{kn[1]}")
+@pytest.mark.parametrize("m", GRID_M)
+def test_grid_against_float64(sm90, m, kn, dtype):
+    k, n = kn
+    i = GRID_M.index(m) * len(GRID_KN) + GRID_KN.index(kn) + DTYPES.index(dtype)
+    approximate, (has_bg, has_bu), merged = case_options(i)
+    x = rand((m, k), dtype, 1)
+    if merged:
+        w = rand((2 * n, k), dtype, 2, scale=k**-0.5)
+        wg, wu = w[:n], w[n:]
+    else:
+        wg, wu = rand((n, k), dtype, 2, scale=k**-0.5), rand((n, k), dtype, 3, scale=k**-0.5)
+    bg = rand((n,), dtype, 4) if has_bg else None
+    bu = rand((n,), dtype, 5) if has_bu else None
+    poison_allocator(m, n, dtype)
+    y = sm90(x, wg, wu, bg, bu, approximate)
+    assert y.shape == (m, n) and y.dtype == dtype
+    assert_close(y, reference(x, wg, wu, bg, bu, approximate), dtype, k)
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+@pytest.mark.parametrize("biases", ["none", "gate", "up", "both"])
+@pytest.mark.parametrize("merged", [False, True])
+def test_every_epilogue_option(sm90, approximate, biases, merged):
+    m, k, n, dtype = 300, 512, 1000, torch.bfloat16
+    x = rand((m, k), dtype, 11)
+    w = rand((2 * n, k), dtype, 12, scale=k**-0.5)
+    wg, wu = (w[:n], w[n:]) if merged else (w[:n].clone(), w[n:].clone())
+    bg = rand((n,), dtype, 13) if biases in ("gate", "both") else None
+    bu = rand((n,), dtype, 14) if biases in ("up", "both") else None
+    poison_allocator(m, n, dtype)
+    assert_close(sm90(x, wg, wu, bg, bu, approximate), reference(x, wg, wu, bg, bu, approximate), dtype, k)
+
+
+def test_up_before_gate_in_memory(sm90):
+    """w_up at a lower address than w_gate (the engine must not assume their order)."""
+    m, k, n, dtype = 257, 256, 384, torch.float16
+    w = rand((2 * n, k), dtype, 21, scale=k**-0.5)
+    x = rand((m, k), dtype, 22)
+    wg, wu = w[n:], w[:n]
+    assert_close(sm90(x, wg, wu, None, None, "tanh"), reference(x, wg, wu, None, None, "tanh"), dtype, k)
+
+
+def test_row_strided_x(sm90):
+    """x as a view whose rows are longer than K (16-byte aligned row stride)."""
+    m, k, n, dtype = 100, 64, 128, torch.bfloat16
+    buf = rand((m, k + 64), dtype, 31)
+    x = buf[:, :k]
+    wg, wu = rand((n, k), dtype, 32, scale=k**-0.5), rand((n, k), dtype, 33, scale=k**-0.5)
+    assert_close(sm90(x, wg, wu, None, None, "none"), reference(x, wg, wu, None, None, "none"), dtype, k)
+
+
+def test_more_than_2_31_elements(sm90):
+    """x with > 2**31 elements: checked on its last rows, where 32-bit offsets would wrap."""
+    dtype = torch.bfloat16
+    m, k, n = (1 << 31) // 4096 + 300, 4096, 64
+    x = torch.randn((m, k), device="cuda", dtype=dtype)
+    wg, wu = rand((n, k), dtype, 41, scale=k**-0.5), rand((n, k), dtype, 42, scale=k**-0.5)
+    y = sm90(x, wg, wu, None, None, "tanh")
+    tail = slice(m - 300, m)
+    assert_close(y[tail], reference(x[tail], wg, wu, None, None, "tanh"), dtype, k)
+
+
+def test_refusals_raise(sm90):
+    dtype = torch.bfloat16
+    x, wg, wu = rand((16, 64), dtype, 51), rand((32, 64), dtype, 52), rand((32, 64), dtype, 53)
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        sm90(x.float(), wg.float(), wu.float(), None, None, "tanh")
+    with pytest.raises(ValueError, match="w_up"):
+        sm90(x, wg, wu[:16], None, None, "tanh")
+    with pytest.raises(ValueError, match="approximate"):
+        sm90(x, wg, wu, None, None, "erf")
+    with pytest.raises(ValueError, match="b_gate"):
+        sm90(x, wg, wu, rand((31,), dtype, 54), None, "tanh")
+    # A view at an odd element offset: TMA needs 16-byte aligned addresses.
+    buf = rand((16 * 64 + 1,), dtype, 55)
+    with pytest.raises(RuntimeError, match="refused"):
+        sm90(buf[1:].view(16, 64), wg, wu, None, None, "tanh")
+    # K whose rows are not a multiple of 16 bytes.
+    with pytest.raises(RuntimeError, match="refused"):
+        sm90(rand((16, 60), dtype, 56), rand((32, 60), dtype, 57), rand((32, 60), dtype, 58), None, None, "tanh")
+
+
+def test_linear_routes_to_the_engine_where_it_serves(sm90, kernel, monkeypatch):
+    """geglu_linear without gradients: the engine for aligned bf16/fp16 operands; the
+    Triton kernel for float32 and for a misaligned view; the composition with grads."""
+    lin = kernel.linear
+    calls = []
+    real_ops = lin.ops
+
+    class Spy:
+        def __getattr__(self, name):
+            op = getattr(real_ops, name)
+            if name in ("_geglu_linear_sm90", "_geglu_linear_fused"):
+                return lambda *a: (calls.append(name), op(*a))[1]
+            return op
+
+    impl = lin._fused_gate_up_impl
+    monkeypatch.setattr(lin, "ops", Spy())
+    monkeypatch.setattr(lin, "_fused_gate_up_impl", lambda *a: (calls.append("triton"), impl(*a))[1])
+    dtype = torch.bfloat16
+    x, w = rand((64, 256), dtype, 61), rand((512, 256), dtype, 62, scale=1 / 16)
+    expected = reference(x, w[:256], w[256:], None, None, "tanh")
+    for what, call, route in [
+        ("aligned bf16", lambda: kernel.geglu_linear(x, w), "_geglu_linear_sm90"),
+        ("float32", lambda: kernel.geglu_linear(x.float(), w.float()), "triton"),
+        ("misaligned x", lambda: kernel.geglu_linear(rand((64 * 256 + 1,), dtype, 63)[1:].view(64, 256), w), "triton"),
+    ]:
+        calls.clear()
+        with torch.no_grad():
+            y = call()
+        assert calls == [route], what
+        if what == "aligned bf16":
+            assert_close(y, expected, dtype, 256)
+    calls.clear()
+    kernel.geglu_linear(x, w.requires_grad_())
+    assert calls == [], "a call that needs gradients takes the composition"
