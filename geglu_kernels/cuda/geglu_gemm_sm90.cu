@@ -24,11 +24,11 @@
 
 namespace geglu_sm90 {
 
-template <class Element, int BM, int BN, class Schedule, int ClusterM>
+template <class Element, int BM, int BN, class Schedule, int ClusterM, int ClusterN = 1>
 struct GegluGemm {
   static constexpr int kBN = BN;
   using TileShape = Shape<Int<BM>, Int<2 * BN>, Int<64>>;
-  using ClusterShape = Shape<Int<ClusterM>, _1, _1>;
+  using ClusterShape = Shape<Int<ClusterM>, Int<ClusterN>, _1>;
   using Epilogue = GegluEpilogue<Element, BN>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -176,16 +176,17 @@ struct Runner {
     dim3 grid = Kernel::get_grid_shape(params);
     dim3 block = Kernel::get_block_shape();
     constexpr int cluster_m = size<0>(typename Gemm::ClusterShape{});
+    constexpr int cluster_n = size<1>(typename Gemm::ClusterShape{});
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
-    if constexpr (cluster_m > 1) {
+    if constexpr (cluster_m * cluster_n > 1) {
       attr[0].id = cudaLaunchAttributeClusterDimension;
       attr[0].val.clusterDim.x = cluster_m;
-      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.y = cluster_n;
       attr[0].val.clusterDim.z = 1;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
@@ -200,34 +201,45 @@ struct Runner {
 using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 
-// The variants. BN = output columns per tile; the wgmma N is 2*BN.
-#ifdef GEGLU_SM90_QUICK  // development: one variant, compiles in a fraction of the time
-#define GEGLU_SM90_CONFIGS(X) \
-  X(0, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1)
+// The variants: X(id, core, name, BM, BN, schedule, cluster M[, cluster N]).
+// BN = output columns per tile; the wgmma N is 2*BN. Only the `core` ones (those the
+// shape pick uses) are compiled unless GEGLU_SM90_ALL_CONFIGS is defined (tuning builds,
+// tools/sm90_gemm/build.sh); the others then answer GEGLU_SM90_ERR_NOT_BUILT.
+#define GEGLU_SM90_CONFIGS(X)                                                                  \
+  X(0, 0, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1)          \
+  X(1, 1, "pingpong_64x(2x128)x64_c1", 64, 128, KernelTmaWarpSpecializedPingpong, 1)           \
+  X(2, 0, "pingpong_128x(2x64)x64_c1", 128, 64, KernelTmaWarpSpecializedPingpong, 1)           \
+  X(3, 1, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2)          \
+  X(4, 0, "coop_256x(2x64)x64_c1", 256, 64, KernelTmaWarpSpecializedCooperative, 1)            \
+  X(5, 0, "pingpong_64x(2x128)x64_c2", 64, 128, KernelTmaWarpSpecializedPingpong, 2)           \
+  X(6, 1, "pingpong_128x(2x64)x64_c2", 128, 64, KernelTmaWarpSpecializedPingpong, 2)           \
+  X(7, 0, "coop_256x(2x64)x64_c2", 256, 64, KernelTmaWarpSpecializedCooperative, 2)            \
+  X(8, 0, "pingpong_128x(2x64)x64_c1x2", 128, 64, KernelTmaWarpSpecializedPingpong, 1, 2)      \
+  X(9, 0, "pingpong_128x(2x64)x64_c2x2", 128, 64, KernelTmaWarpSpecializedPingpong, 2, 2)      \
+  X(10, 0, "coop_128x(2x128)x64_c2x2", 128, 128, KernelTmaWarpSpecializedCooperative, 2, 2)
+
+#ifdef GEGLU_SM90_ALL_CONFIGS
+constexpr bool kAllConfigs = true;
 #else
-#define GEGLU_SM90_CONFIGS(X)                                                 \
-  X(0, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1) \
-  X(1, "pingpong_64x(2x128)x64_c1", 64, 128, KernelTmaWarpSpecializedPingpong, 1)  \
-  X(2, "pingpong_128x(2x64)x64_c1", 128, 64, KernelTmaWarpSpecializedPingpong, 1)  \
-  X(3, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2) \
-  X(4, "coop_256x(2x64)x64_c1", 256, 64, KernelTmaWarpSpecializedCooperative, 1)   \
-  X(5, "pingpong_64x(2x128)x64_c2", 64, 128, KernelTmaWarpSpecializedPingpong, 2) \
-  X(6, "pingpong_128x(2x64)x64_c2", 128, 64, KernelTmaWarpSpecializedPingpong, 2)  \
-  X(7, "coop_256x(2x64)x64_c2", 256, 64, KernelTmaWarpSpecializedCooperative, 2)
+constexpr bool kAllConfigs = false;
 #endif
 
-#define GEGLU_SM90_COUNT(id, name, bm, bn, sched, cm) +1
+#define GEGLU_SM90_COUNT(id, core, name, bm, bn, sched, ...) +1
 constexpr int kNumConfigs = 0 GEGLU_SM90_CONFIGS(GEGLU_SM90_COUNT);
 
-#define GEGLU_SM90_NAME(id, name, bm, bn, sched, cm) name,
+#define GEGLU_SM90_NAME(id, core, name, bm, bn, sched, ...) name,
 const char* const kConfigNames[] = {GEGLU_SM90_CONFIGS(GEGLU_SM90_NAME)};
 
 template <class Element>
 int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
   switch (config) {
-#define GEGLU_SM90_CASE(id, name, bm, bn, sched, cm) \
-  case id:                                           \
-    return Runner<GegluGemm<Element, bm, bn, sched, cm>>::run(a, device, sm_count, stream);
+#define GEGLU_SM90_CASE(id, core, name, bm, bn, sched, ...)                                      \
+  case id:                                                                                       \
+    if constexpr (core || kAllConfigs) {                                                         \
+      return Runner<GegluGemm<Element, bm, bn, sched, __VA_ARGS__>>::run(a, device, sm_count, stream); \
+    } else {                                                                                     \
+      return GEGLU_SM90_ERR_NOT_BUILT;                                                           \
+    }
     GEGLU_SM90_CONFIGS(GEGLU_SM90_CASE)
 #undef GEGLU_SM90_CASE
     default:
@@ -264,7 +276,7 @@ const char* geglu_gemm_sm90_status_string(int status) {
     case GEGLU_SM90_ERR_CONFIG: return "config index out of range";
     case GEGLU_SM90_ERR_CUTLASS: return "CUTLASS rejected the problem";
     case GEGLU_SM90_ERR_CUDA: return "CUDA error at launch (geglu_gemm_sm90_last_cuda_error() has the code)";
-    case GEGLU_SM90_ERR_NOT_BUILT: return "built without sm_90a kernels";
+    case GEGLU_SM90_ERR_NOT_BUILT: return "kernel variant not compiled in (tuning variants need GEGLU_SM90_ALL_CONFIGS)";
     default: return "unknown status";
   }
 }
@@ -327,11 +339,7 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   if (dtype == GEGLU_SM90_BF16) {
     return geglu_sm90::dispatch<cutlass::bfloat16_t>(variant, a, device, info->sm_count, s);
   }
-#ifdef GEGLU_SM90_QUICK
-  return GEGLU_SM90_ERR_NOT_BUILT;
-#else
   return geglu_sm90::dispatch<cutlass::half_t>(variant, a, device, info->sm_count, s);
-#endif
 }
 
 }  // extern "C"

@@ -296,15 +296,43 @@ class GegluEpilogue {
                                  BlockCoordMNKL blk_coord_mnkl,
                                  cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
                                  TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+    const bool bias = params.bias_g != nullptr || params.bias_u != nullptr;
     if (params.approximate) {
-      apply<true>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
+      if (bias) {
+        apply<true, true>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
+      } else {
+        apply<true, false>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
+      }
     } else {
-      apply<false>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
+      if (bias) {
+        apply<false, true>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
+      } else {
+        apply<false, false>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
+      }
     }
   }
 
  private:
-  template <bool kTanh, class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL,
+  // tanh form: gelu(x) = x sigmoid(2u) = x / (1 + 2^(-2u log2 e)), one ex2 and one rcp
+  // (both MUFU, ~2 ulp), 3 FMA-pipe ops. For x < ~-10 the exponential overflows to +inf
+  // and x * rcp(inf) = -0, the limit; there is no cancellation anywhere. Exact form:
+  // erff, as gelu_math.cuh (and PyTorch).
+  template <bool kTanh>
+  CUTLASS_DEVICE static float gelu(float x) {
+    if constexpr (kTanh) {
+      constexpr float c0 = -geglu_cuda::kTwoULog2E;
+      constexpr float c1 = -geglu_cuda::kTwoULog2E * geglu_cuda::kKappa;
+      const float na = x * fmaf(c1, x * x, c0);  // -2u log2(e)
+      float e, r;
+      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(na));
+      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+      return x * r;
+    } else {
+      return geglu_cuda::gelu<false>(x);
+    }
+  }
+
+  template <bool kTanh, bool kBias, class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL,
             class FrgEngine, class FrgLayout, class TiledMma>
   CUTLASS_DEVICE void apply(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK,
                             BlockCoordMNKL blk_coord_mnkl,
@@ -340,8 +368,10 @@ class GegluEpilogue {
     // Bias pairs for this thread's columns h0 + 8j + 2t (+1), loaded once per tile, all
     // loads in flight together (packed: 2 x 16 bit per register).
     uint32_t bgp[NB], bup[NB];
-    load_bias_pairs<NB>(params.bias_g, h0 + 2 * t, H, bgp);
-    load_bias_pairs<NB>(params.bias_u, h0 + 2 * t, H, bup);
+    if constexpr (kBias) {
+      load_bias_pairs<NB>(params.bias_g, h0 + 2 * t, H, bgp);
+      load_bias_pairs<NB>(params.bias_u, h0 + 2 * t, H, bup);
+    }
 
     CUTLASS_PRAGMA_UNROLL
     for (int mm = 0; mm < MM; ++mm) {
@@ -355,13 +385,19 @@ class GegluEpilogue {
           CUTLASS_PRAGMA_UNROLL
           for (int jj = 0; jj < 4; ++jj) {
             const int j = 4 * q + jj;
-            const float2 bgv = unpack2(bgp[j]);
-            const float2 buv = unpack2(bup[j]);
-            const float g0 = acc(make_coord(0, r, j), mm, 0) + bgv.x;
-            const float g1 = acc(make_coord(1, r, j), mm, 0) + bgv.y;
-            const float u0 = acc(make_coord(0, r, j + NB), mm, 0) + buv.x;
-            const float u1 = acc(make_coord(1, r, j + NB), mm, 0) + buv.y;
-            p[jj] = pack2(geglu_cuda::gelu<kTanh>(g0) * u0, geglu_cuda::gelu<kTanh>(g1) * u1);
+            float g0 = acc(make_coord(0, r, j), mm, 0);
+            float g1 = acc(make_coord(1, r, j), mm, 0);
+            float u0 = acc(make_coord(0, r, j + NB), mm, 0);
+            float u1 = acc(make_coord(1, r, j + NB), mm, 0);
+            if constexpr (kBias) {
+              const float2 bgv = unpack2(bgp[j]);
+              const float2 buv = unpack2(bup[j]);
+              g0 += bgv.x;
+              g1 += bgv.y;
+              u0 += buv.x;
+              u1 += buv.y;
+            }
+            p[jj] = pack2(gelu<kTanh>(g0) * u0, gelu<kTanh>(g1) * u1);
           }
           // 4x4 transpose across the quad: thread t then holds the 8 consecutive
           // outputs of column block 4q + t, one 16-byte store.

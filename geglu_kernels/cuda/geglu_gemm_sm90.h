@@ -40,7 +40,7 @@ enum {
   GEGLU_SM90_ERR_CONFIG = 6,      // config index out of range
   GEGLU_SM90_ERR_CUTLASS = 7,     // CUTLASS rejected the problem (can_implement / initialize)
   GEGLU_SM90_ERR_CUDA = 8,        // a CUDA call failed (attribute, launch): geglu_gemm_sm90_last_cuda_error()
-  GEGLU_SM90_ERR_NOT_BUILT = 9    // library built without sm_90a kernels
+  GEGLU_SM90_ERR_NOT_BUILT = 9    // config names a tuning variant not compiled in (GEGLU_SM90_ALL_CONFIGS)
 };
 
 enum { GEGLU_SM90_BF16 = 0, GEGLU_SM90_FP16 = 1 };
