@@ -90,9 +90,10 @@ def test_fused_op_matches_its_direct_call_and_has_no_autograd(kernel):
 
 @pytest.mark.cuda
 def test_cuda_fused_gate_up_goes_through_the_op_only_when_needed(kernel, monkeypatch):
-    """No-grad eager geglu_linear calls the implementation directly; where the fast
-    path is refused (compile, meta, subclasses) it calls the registered op, with the
-    same result."""
+    """No-grad eager geglu_linear calls the Triton implementation directly; where the
+    fast path is refused (compile, meta, subclasses) it calls the registered op, with
+    the same result. float32 operands: the Triton kernel's route on every GPU (the
+    Hopper engine takes bfloat16/float16 on sm_90: tests/kernels/test_gemm_sm90.py)."""
     lin = kernel.linear
     calls = []
     impl, ops = lin._fused_gate_up_impl, lin.ops
@@ -109,7 +110,7 @@ def test_cuda_fused_gate_up_goes_through_the_op_only_when_needed(kernel, monkeyp
 
     monkeypatch.setattr(lin, "_fused_gate_up_impl", direct)
     monkeypatch.setattr(lin, "ops", Ops())
-    x, wg, wu, _ = _operands(torch.float16)
+    x, wg, wu, _ = _operands(torch.float32)
     with torch.no_grad():
         y_direct = kernel.geglu_linear(x, wg, wu)
         assert calls == ["direct"]

@@ -142,10 +142,13 @@ def _capability(device: torch.device):
 
 
 def _aligned16(t: Tensor) -> bool:
-    """16-byte aligned base and row stride, as TMA reads a matrix (fake tensors under
-    torch.compile have no address: their offset into an allocator block stands in)."""
+    """16-byte aligned base and row stride, as TMA reads a matrix. Traced and fake tensors
+    have no address: their offset into an allocator block (which is aligned) stands in."""
     elems = 16 // t.element_size()
-    base = t.data_ptr() % 16 == 0 if all_plain(t) else t.storage_offset() % elems == 0
+    if torch.compiler.is_compiling() or not all_plain(t):
+        base = t.storage_offset() % elems == 0
+    else:
+        base = t.data_ptr() % 16 == 0
     return base and t.stride(0) % elems == 0 and t.shape[1] % elems == 0
 
 
