@@ -251,8 +251,8 @@ int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStre
 // Measured on H100 SXM (benchmarks/results/gemm_sm90_h100.log):
 // - M <= 128: pingpong 64x(2x128) (fewest wasted rows, most CTAs along N);
 // - x larger than ~20 MB (gemma7b prefill, 4096 x 3072): cooperative 128x(2x128),
-//   cluster 2 (B multicast), raster along N with swizzle 4 (0x2303: ~0.5-1% over the
-//   heuristic raster in 4 interleaved measurements), where pingpong 128x(2x64) lost
+//   cluster 2 (B multicast), raster along N with swizzle 4 (0x2303; a tie with the
+//   heuristic raster over three interleaved runs), where pingpong 128x(2x64) lost
 //   15% (L2-bandwidth bound: see tools/sm90_gemm/README.md);
 // - otherwise pingpong 128x(2x64), cluster 2 (epilogue hidden behind the other
 //   warpgroup's MMA): blog 8192x768->3072, gemma2b 4096x2048->16384, M 256..2048.
