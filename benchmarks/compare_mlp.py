@@ -197,7 +197,7 @@ def main() -> int:
     # The fused gate/up GEMM's two engines side by side, the Hopper CUTLASS engine (where
     # the loaded variant has it) and the Triton kernel, against one cuBLAS GEMM of the
     # merged [2*hidden, dim] weight (no activation), per token count: what linear.py's
-    # choice of engine (SM90_MIN_TOKENS) rests on.
+    # choice of engine rests on (docs/DESIGN.md).
     ops = geglu._ops.ops
     res["gate_up_engines"] = {}
     for (d, h) in sorted({(d, h) for _, d, h in MLP_SHAPES.values()}):

@@ -120,9 +120,7 @@ if triton_gemm is not None and not hasattr(ops, "_geglu_linear_fused"):
 
 
 # Compiled CUDA variants carry the Hopper GEMM engine (geglu_kernels/cuda/geglu_gemm_sm90.cu,
-# op _geglu_linear_sm90). It serves an sm_90 GPU from this many tokens on; below, the
-# Triton kernel's split-K decode schedule (benchmarks/compare_mlp.py, gate_up_engines).
-SM90_MIN_TOKENS = 1
+# op _geglu_linear_sm90); on an sm_90 GPU it serves every token count (docs/DESIGN.md).
 _SM90_ENGINE = hasattr(ops, "_geglu_linear_sm90")
 _SM90_DTYPES = (torch.bfloat16, torch.float16)
 _CAPABILITY = {}
@@ -142,14 +140,13 @@ def _capability(device: torch.device):
 
 
 def _aligned16(t: Tensor) -> bool:
-    """16-byte aligned base and row stride, as TMA reads a matrix. Traced and fake tensors
-    have no address: their offset into an allocator block (which is aligned) stands in."""
+    """16-byte aligned base and row stride, as TMA reads a matrix. Under torch.compile
+    (and for tensor subclasses) there is no address to read: the base is taken as
+    aligned, as the caching allocator's blocks are, and a view that is not makes the
+    op raise at run time rather than compute wrong."""
     elems = 16 // t.element_size()
-    if torch.compiler.is_compiling() or not all_plain(t):
-        base = t.storage_offset() % elems == 0
-    else:
-        base = t.data_ptr() % 16 == 0
-    return base and t.stride(0) % elems == 0 and t.shape[1] % elems == 0
+    traced = torch.compiler.is_compiling() or not all_plain(t)
+    return (traced or t.data_ptr() % 16 == 0) and t.stride(0) % elems == 0 and t.shape[1] % elems == 0
 
 
 def _sm90_serves(x: Tensor, g: _GateUp) -> bool:
@@ -157,7 +154,6 @@ def _sm90_serves(x: Tensor, g: _GateUp) -> bool:
     return (
         _SM90_ENGINE
         and x.dtype in _SM90_DTYPES
-        and x.shape[0] >= SM90_MIN_TOKENS
         and _capability(x.device) == (9, 0)
         and g.w_gate.stride(0) == g.w_up.stride(0)
         and g.w_gate.shape[0] % 8 == 0  # the output's rows, 16-byte aligned
