@@ -53,22 +53,12 @@ class LaunchConfig(NamedTuple):
 # rows per tile. Column tiles of 256 waste at most 255 idle lanes per row on widths
 # that are not a multiple of 256, instead of up to half a tile with wider ones.
 _WIDTH_BUCKETS = (16, 32, 64, 128)
+# width bucket -> (BLOCK_M of the 16-bit types, BLOCK_M of float32, BLOCK_N); 4 warps.
+_TILES = {16: (256, 128, 16), 32: (128, 64, 32), 64: (64, 32, 64), 128: (32, 16, 128), "wide": (16, 8, 256)}
 _LAUNCH_TABLE = {
-    (16, torch.bfloat16): LaunchConfig(256, 16, 4),
-    (16, torch.float16): LaunchConfig(256, 16, 4),
-    (16, torch.float32): LaunchConfig(128, 16, 4),
-    (32, torch.bfloat16): LaunchConfig(128, 32, 4),
-    (32, torch.float16): LaunchConfig(128, 32, 4),
-    (32, torch.float32): LaunchConfig(64, 32, 4),
-    (64, torch.bfloat16): LaunchConfig(64, 64, 4),
-    (64, torch.float16): LaunchConfig(64, 64, 4),
-    (64, torch.float32): LaunchConfig(32, 64, 4),
-    (128, torch.bfloat16): LaunchConfig(32, 128, 4),
-    (128, torch.float16): LaunchConfig(32, 128, 4),
-    (128, torch.float32): LaunchConfig(16, 128, 4),
-    ("wide", torch.bfloat16): LaunchConfig(16, 256, 4),
-    ("wide", torch.float16): LaunchConfig(16, 256, 4),
-    ("wide", torch.float32): LaunchConfig(8, 256, 4),
+    (bucket, dtype): LaunchConfig(block_m32 if dtype == torch.float32 else block_m16, block_n, 4)
+    for bucket, (block_m16, block_m32, block_n) in _TILES.items()
+    for dtype in (torch.bfloat16, torch.float16, torch.float32)
 }
 
 
@@ -234,6 +224,21 @@ def _approximate_tanh(approximate: str) -> bool:
     return approximate == "tanh"
 
 
+def _launch(kernel, tensors, rows: int, width: int, strides, **constexprs) -> None:
+    """One launch of an elementwise kernel over [rows, width]: the launch table's tile
+    for the width and dtype, on the tensors' device. Kernel arguments: the tensors,
+    rows, width, column blocks, the row strides, then the compile-time constants."""
+    like = tensors[0]
+    _require_triton(like)
+    cfg = launch_config(width, like.dtype)
+    grid, col_blocks = launch_grid(rows, width, cfg)
+    with torch.cuda.device(like.device) if like.device.type == "cuda" else nullcontext():
+        kernel[grid](
+            *tensors, rows, width, col_blocks, *strides,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, **constexprs,
+        )  # fmt: skip
+
+
 def geglu_forward(out: torch.Tensor, gate: torch.Tensor, up, approximate: str) -> torch.Tensor:
     """out = gelu(gate) * up (up=None: out = gelu(gate)). All row-strided, one shape."""
     tanh = _approximate_tanh(approximate)
@@ -242,26 +247,9 @@ def geglu_forward(out: torch.Tensor, gate: torch.Tensor, up, approximate: str) -
     up_stride = gate_stride if up is None else _rows("up", up)[2]
     if rows == 0 or width == 0:
         return out
-    _require_triton(gate)
-    cfg = launch_config(width, out.dtype)
-    grid, col_blocks = launch_grid(rows, width, cfg)
-    with torch.cuda.device(gate.device) if gate.device.type == "cuda" else nullcontext():
-        _forward_kernel[grid](
-            gate,
-            gate if up is None else up,
-            out,
-            rows,
-            width,
-            col_blocks,
-            gate_stride,
-            up_stride,
-            out_stride,
-            APPROXIMATE_TANH=tanh,
-            HAS_UP=up is not None,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            num_warps=cfg.num_warps,
-        )
+    tensors = (gate, gate if up is None else up, out)
+    _launch(_forward_kernel, tensors, rows, width, (gate_stride, up_stride, out_stride),
+            APPROXIMATE_TANH=tanh, HAS_UP=up is not None)  # fmt: skip
     return out
 
 
@@ -275,30 +263,9 @@ def geglu_backward(
 ) -> None:
     """grad_gate = grad_out * up * gelu'(gate); grad_up = grad_out * gelu(gate)."""
     tanh = _approximate_tanh(approximate)
-    rows, width, gate_stride = _rows("gate", gate)
-    strides = [_rows(n, t)[2] for n, t in (("grad_out", grad_out), ("up", up), ("grad_gate", grad_gate), ("grad_up", grad_up))]
+    named = (("grad_out", grad_out), ("gate", gate), ("up", up), ("grad_gate", grad_gate), ("grad_up", grad_up))
+    rows, width, _ = _rows("gate", gate)
+    strides = [_rows(n, t)[2] for n, t in named]
     if rows == 0 or width == 0:
         return
-    _require_triton(gate)
-    cfg = launch_config(width, gate.dtype)
-    grid, col_blocks = launch_grid(rows, width, cfg)
-    with torch.cuda.device(gate.device) if gate.device.type == "cuda" else nullcontext():
-        _backward_kernel[grid](
-            grad_out,
-            gate,
-            up,
-            grad_gate,
-            grad_up,
-            rows,
-            width,
-            col_blocks,
-            strides[0],
-            gate_stride,
-            strides[1],
-            strides[2],
-            strides[3],
-            APPROXIMATE_TANH=tanh,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            num_warps=cfg.num_warps,
-        )
+    _launch(_backward_kernel, [t for _, t in named], rows, width, strides, APPROXIMATE_TANH=tanh)
