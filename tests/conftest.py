@@ -93,3 +93,11 @@ ACTIVATION_TOLERANCE = {
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """An output buffer full of NaN, so any element a kernel fails to write shows."""
     return torch.full_like(t, float("nan"))
+
+
+def compiled_count(jit_fn) -> int:
+    """How many compiled variants a Triton JIT function holds (recompile checks)."""
+    caches = getattr(jit_fn, "device_caches", None)
+    if caches is None:
+        pytest.skip("this triton's JITFunction has no device_caches")
+    return sum(len(entry[0]) for entry in caches.values())

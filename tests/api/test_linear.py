@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import HAS_CUDA, poisoned_like
+from conftest import HAS_CUDA, compiled_count, poisoned_like
 
 DEV = "cuda" if HAS_CUDA else "cpu"
 # Public functions: every float dtype on either device (no Triton on CPU). Kernels:
@@ -897,13 +897,6 @@ def test_cuda_more_than_2_31_elements(tg, kernel_kind):
     assert_close(y[tail], _ref_fused(x[tail], wg, wu, None, None, "none"), dtype, "big out")
 
 
-def _compiled_count(jit_fn) -> int:
-    caches = getattr(jit_fn, "device_caches", None)
-    if caches is None:
-        pytest.skip("this triton's JITFunction has no device_caches")
-    return sum(len(entry[0]) for entry in caches.values())
-
-
 @pytest.mark.cuda
 def test_cuda_new_token_counts_do_not_recompile(kernel, tg):
     """Within an M bucket a new token count reuses the compiled kernels (M is not
@@ -918,7 +911,7 @@ def test_cuda_new_token_counts_do_not_recompile(kernel, tg):
     kernels = (tg._geglu_tile_kernel, tg._geglu_tma_kernel, tg._geglu_splitk_reduce_kernel)
     for m in (1, 16, 17, 64, 65, 256, 300, 8192):  # one (or two) per bucket and 16-alignment class
         run(m)
-    warm = [_compiled_count(k) for k in kernels]
+    warm = [compiled_count(k) for k in kernels]
     for m in (3, 9, 33, 50, 100, 200, 1000, 4096, 5000):
         run(m)
-    assert [_compiled_count(k) for k in kernels] == warm
+    assert [compiled_count(k) for k in kernels] == warm

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ACTIVATION_TOLERANCE, HAS_CUDA, poisoned_like
+from conftest import ACTIVATION_TOLERANCE, HAS_CUDA, compiled_count, poisoned_like
 
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -289,13 +289,6 @@ def test_cuda_more_than_2_31_elements(ta):
         assert_close(grad_up[sl], ref_up, torch.bfloat16)
 
 
-def _compiled_count(jit_fn) -> int:
-    caches = getattr(jit_fn, "device_caches", None)
-    if caches is None:
-        pytest.skip("this triton's JITFunction has no device_caches")
-    return sum(len(entry[0]) for entry in caches.values())
-
-
 @pytest.mark.cuda
 def test_cuda_new_shapes_do_not_recompile(ta):
     """After one shape per (width bucket, 16-alignment) class, other widths and row
@@ -311,8 +304,8 @@ def test_cuda_new_shapes_do_not_recompile(ta):
     # Each class: (bucket, width % 16 == 0).
     for rows, width in [(64, 3072), (64, 3000), (64, 64), (64, 50), (64, 128), (64, 100)]:
         run(rows, width)
-    warm_fwd, warm_bwd = _compiled_count(ta._forward_kernel), _compiled_count(ta._backward_kernel)
+    warm_fwd, warm_bwd = compiled_count(ta._forward_kernel), compiled_count(ta._backward_kernel)
     for rows, width in [(1, 2048), (8192, 4096), (17, 24576), (3, 3001), (100, 1000), (5, 48), (77, 60), (1, 112), (9, 99)]:
         run(rows, width)
-    assert _compiled_count(ta._forward_kernel) == warm_fwd
-    assert _compiled_count(ta._backward_kernel) == warm_bwd
+    assert compiled_count(ta._forward_kernel) == warm_fwd
+    assert compiled_count(ta._backward_kernel) == warm_bwd
