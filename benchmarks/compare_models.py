@@ -326,7 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--sizes", default="gemma-2b,gemma-7b", help=f"comma list of {list(SIZES)}")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma list of {ROWS}")
-    ap.add_argument("--layers", type=int, default=2, help="decoder layers (the real models have 18 / 28)")
+    ap.add_argument("--layers", type=int, default=8, help="decoder layers (the real models have 18 / 28)")
     ap.add_argument("--vocab", type=int, default=256000)
     ap.add_argument("--prefill", type=int, default=4096, help="prefill tokens (batch 1)")
     ap.add_argument("--batch", type=int, default=16, help="decode batch")
