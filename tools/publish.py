@@ -4,11 +4,14 @@
     python -m tools.publish                                # verify, plan, upload to v<version>
     python -m tools.publish --create-pr                    # the same as a pull request (no write access)
     python -m tools.publish --mirror DIR [--dry-run]       # rehearse into a Hugging Face cache at DIR
+    python -m tools.publish --dry-run --allow-unsigned     # plan an unsigned build (signing comes later)
 
 Every variant of the local build is verified first: its digest re-checked with
 kernels-data, its native modules with kernel-abi-check (abi3 + manylinux_2_28), its
 metadata parsed by kernels-data and by the loader, its version equal to the target
-branch, its provenance clean. Then tools/release_plan.py decides, against what the
+branch, its provenance clean, and it must be signed: a `metadata.json.sigstore` Sigstore bundle beside
+its `metadata.json` (the build workflow signs it, keyless through GitHub OIDC, before
+uploading; see docs/RELEASING.md), unless --allow-unsigned. Then tools/release_plan.py decides, against what the
 branch holds, which files are added, replaced, removed (stale files of a replaced
 variant) and kept, or refuses (see that module for the rules). Variants of the branch
 that the build lacks are kept as they are. The kernel card (CARD.md filled in) goes
@@ -43,6 +46,11 @@ from tools.release_plan import METADATA, BranchState, LocalVariant, Plan, Remote
 
 REPO_TYPE = "kernel"
 CARD_TEMPLATE = REPO / "CARD.md"
+# The Sigstore bundle kernels looks for beside each variant's metadata.json
+# (kernels.verify.verify_variant), and the workflow that signs it: the identity a
+# kernels.verify.GitHubWorkflowPolicy must name (see signing_policy).
+BUNDLE = METADATA + ".sigstore"
+SIGNER_WORKFLOW = ".github/workflows/build.yml"
 
 
 class PublishError(RuntimeError):
@@ -111,6 +119,27 @@ def verify_variant(vdir: Path) -> LocalVariant:
     digests = {rel: content_digest(data) for rel, data in files.items()}
     api = describe_api(_api_inputs(files))
     return LocalVariant(name, digests, raw, api, problems)
+
+
+def unsigned_problem(vdir: Path) -> str | None:
+    """Why kernels.verify.verify_variant would answer SignatureBundleMissing, or None."""
+    if (vdir / BUNDLE).is_file():
+        return None
+    return (
+        f"unsigned: no {BUNDLE} beside {METADATA}; users cannot verify it "
+        f"(release builds are signed by {SIGNER_WORKFLOW}; --allow-unsigned for rehearsals and dry runs)"
+    )
+
+
+def signing_policy(github_repo: str, ref: str = "refs/heads/main"):
+    """The kernels verification policy for builds signed by this repository's release
+    workflow: GitHub's OIDC issuer, source repository https://github.com/<github_repo>,
+    signer https://github.com/<github_repo>/.github/workflows/build.yml@<ref>."""
+    from kernels.verify import GitHubWorkflowPolicy
+
+    return GitHubWorkflowPolicy(
+        repo_id=github_repo, signer_uris=[f"https://github.com/{github_repo}/{SIGNER_WORKFLOW}@{ref}"]
+    )
 
 
 def read_local_build(build_dir: Path, only: list[str] | None = None) -> dict[str, LocalVariant]:
@@ -348,6 +377,7 @@ class HubTarget:
         # variant's metadata and Python files, and native modules of the variants this
         # release replaces (their op schemas).
         patterns = [f"build/{v}/{METADATA}" for v in by_variant] + [f"build/{v}/*.py" for v in by_variant]
+        patterns += [f"build/{v}/{BUNDLE}" for v in by_variant]
         patterns += [f"build/{v}/*.so" for v in by_variant if v in api_variants]
         with tempfile.TemporaryDirectory(prefix="geglu-publish-") as tmp:
             snap = Path(
@@ -362,6 +392,9 @@ class HubTarget:
                     return p.read_bytes() if p.is_file() else None
 
                 state.variants[v] = _remote_variant(v, rels, read, with_api=True)
+                bundle = read(BUNDLE) if BUNDLE in rels else None
+                if bundle is not None:  # not in the digest: compare its bytes, keep it when unchanged
+                    state.variants[v].files[BUNDLE] = content_digest(bundle)
                 if v not in api_variants and state.variants[v].api is not None:
                     # .so not fetched: keep the Python-level API, drop the partial op list.
                     state.variants[v].api["ops"] = {}
@@ -413,6 +446,13 @@ def publish(args: argparse.Namespace, target=None) -> int:
     version = cfg.version if args.version is None else args.version
     build_dir = args.build.resolve()
     local = read_local_build(build_dir, args.variants)
+    unsigned = []
+    for v, lv in local.items():
+        problem = unsigned_problem(build_dir / v)
+        if problem is not None:
+            unsigned.append(v)
+            if not args.allow_unsigned:
+                lv.problems.append(problem)  # refused as [unverified], naming the variant
     if target is None:
         target = MirrorTarget(args.mirror.resolve(), repo_id) if args.mirror else HubTarget(repo_id)
     remote = target.read(version, set(local))
@@ -447,11 +487,17 @@ def publish(args: argparse.Namespace, target=None) -> int:
     print(f"[publish] {len(local)} local variant(s) from {build_dir}, target {target.describe()}")
     for v, lv in sorted(local.items()):
         state = "FAILED" if lv.problems else "verified (digest, ABI, metadata)"
+        state += "; UNSIGNED" if v in unsigned else f"; signed ({BUNDLE})"
         commit = (((lv.metadata.get("provenance") or {}).get("kernel")) or {}).get("commit") or "?"
         print(f"[publish]   {v}: {state}; id {lv.metadata.get('id')}, version {lv.metadata.get('version')}, commit {commit[:12]}")
     print(plan.render(verbose=args.verbose))
     if not plan.ok:
         return 1
+    if unsigned and args.allow_unsigned:
+        print(
+            f"[publish] WARNING: --allow-unsigned: {', '.join(sorted(unsigned))} ha{'s' if len(unsigned) == 1 else 've'} no {BUNDLE}; "
+            "published unsigned, users cannot verify it (`kernels verify-signature`: signature not found)"
+        )
     if args.dry_run:
         print("[publish] dry run: nothing written")
         return 0
@@ -483,6 +529,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--require-complete", action="store_true", help="refuse unless the branch holds every variant of tools/versions.toml afterwards")
     ap.add_argument("--no-card", action="store_true", help="do not touch README.md on main")
     ap.add_argument("--allow-dirty", action="store_true", help="with --mirror only: rehearse a build of uncommitted sources")
+    ap.add_argument(
+        "--allow-unsigned",
+        action="store_true",
+        help=f"let variants without {BUNDLE} through (rehearsals, dry runs of a build not signed yet); "
+        "a published unsigned variant cannot be verified by users (kernels verify-signature: signature not found)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="list every kept file")
     return ap.parse_args(argv)
 

@@ -126,7 +126,9 @@ def make_release(src: Path, dest: Path, commit: str, *, dirty: bool = False, edi
 
 
 def run_publish(capsys, *args) -> tuple[int, str]:
-    rc = publish_mod.main([*map(str, args)])
+    # The shared build is unsigned (signing is CI's, keyless): --allow-unsigned, as for
+    # any rehearsal. tests/release/test_signing.py covers the refusal without it.
+    rc = publish_mod.main([*map(str, args), "--allow-unsigned"])
     out = capsys.readouterr()
     return rc, out.out + out.err
 
@@ -159,7 +161,7 @@ def ref(mirror: Path, name: str) -> str:
 
 def test_dry_run_against_the_local_build_prints_the_plan(release_build, tmp_path):
     mirror = tmp_path / "hub"
-    cmd = [sys.executable, "-m", "tools.publish", "--build", str(release_build), "--mirror", str(mirror)]
+    cmd = [sys.executable, "-m", "tools.publish", "--build", str(release_build), "--mirror", str(mirror), "--allow-unsigned"]
     res = subprocess.run(cmd + ["--dry-run", "--create-repo", "--allow-dirty"], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
@@ -375,7 +377,7 @@ class FakeHfApi:
 
 def hub_args(build: Path, *extra: str):
     # (--allow-dirty: the shared build/ may come from a tree with uncommitted changes.)
-    return publish_mod.parse_args(["--build", str(build), "--allow-dirty", *extra])
+    return publish_mod.parse_args(["--build", str(build), "--allow-dirty", "--allow-unsigned", *extra])
 
 
 def test_hub_target_publishes_through_hfapi(release_build, tmp_path, monkeypatch, capsys):
