@@ -269,11 +269,17 @@ def compile_cuda_objects(kernel: KernelSection, work: Path, capabilities: list[s
         if not src.endswith(".cu"):
             continue
         obj = work / f"{Path(src).stem}.o"
-        if not obj.exists() or obj.stat().st_mtime < newest_input:
+        cmd = cuda_object_command(kernel, src, obj, capabilities)
+        # The command beside the object: new flags or capabilities recompile it, as
+        # newer sources do (ninja does the same for the module's own sources).
+        stamp = obj.with_suffix(".cmd")
+        stale = not obj.exists() or obj.stat().st_mtime < newest_input
+        if stale or not stamp.exists() or stamp.read_text() != " ".join(cmd):
             log(f"  nvcc {src} for {capabilities}")
-            res = subprocess.run(cuda_object_command(kernel, src, obj, capabilities), capture_output=not verbose, text=True)
+            res = subprocess.run(cmd, capture_output=not verbose, text=True)
             if res.returncode != 0:
                 raise BuildError(f"nvcc failed on {src}:\n{res.stderr if not verbose else ''}")
+            stamp.write_text(" ".join(cmd))
         objects.append(obj)
     return objects
 
