@@ -12,24 +12,48 @@ bf16, one process), each run as:
   geglu+compile  kernelized (Mode.INFERENCE | Mode.TORCH_COMPILE), then torch.compile
                  (opt in with --rows: compiling takes minutes)
 
-Prefill: tokens/s of one forward over 4096 tokens (batch 1, logits for the last
-token only, as generate() asks). Decode: tokens/s of one-token steps at batch 16 over
-a 512-token KV cache. MLP share: the fraction of GPU kernel time spent inside the MLP
-modules, from torch.profiler (record_function ranges around each MLP; not measurable
-inside a compiled graph). Also records the kernelized model's logit error against
-eager.
+Modes (--mode, comma list; default all three):
 
-    python benchmarks/compare_models.py                     # GPU
-    python benchmarks/compare_models.py --device cpu --tiny # smoke test of the script
+  prefill   tokens/s of one forward over 4096 tokens (batch 1, logits for the last
+            token only, as generate() asks), plus the MLP share of GPU kernel time
+  decode    tokens/s of one-token steps at batch 16 over a 512-token KV cache
+  generate  tokens/s of `model.generate()` as users call it: greedy, a 128-token
+            prompt, exactly 64 new tokens (min_new_tokens = max_new_tokens: no row
+            stops early), at batch 1 and 8, with
+              dynamic  the default DynamicCache, no compilation (the torch.compile row
+                       compiles the model's forward, dynamic shapes)
+              static   cache_implementation="static": generate() compiles the decode
+                       step itself (Transformers' CompileConfig defaults: inductor,
+                       mode "reduce-overhead", i.e. CUDA graphs) for every row, so the
+                       torch.compile row would repeat the eager one and is skipped
+            Rows run in --rounds interleaved rounds (each round times every row once,
+            in a rotated order); reported: median and min-max over the rounds, and
+            the ratio to eager taken within each round (median, min-max). Compilation
+            and CUDA-graph recording happen in untimed warm-up calls; graph breaks,
+            cudagraph skips and recompiles seen in the timed rounds are recorded.
 
-Prints a table last; JSON to $OUT/models_bench.json (when OUT is set) and to
-benchmarks/results/models_<device>.json.
+MLP share: the fraction of GPU kernel time spent inside the MLP modules, from
+torch.profiler (record_function ranges around each MLP; not measurable inside a
+compiled graph). Also records the kernelized model's logit error against eager.
+Timing of every phase goes to stderr ("[models] phase ..."); --time-budget skips
+what has not started by then (reported as skipped).
+
+    python benchmarks/compare_models.py                          # GPU, all modes
+    python benchmarks/compare_models.py --mode generate --rounds 5
+    python benchmarks/compare_models.py --device cpu --tiny      # smoke test of the script
+
+Prints a table last; JSON (device, versions, date) to $OUT/models_bench.json (when OUT
+is set) and to benchmarks/results/models_<device>.json.
 """
 
 import argparse
+import contextlib
 import copy
+import datetime
+import gc
 import json
 import os
+import platform
 import statistics
 import sys
 import time
@@ -55,10 +79,43 @@ SIZES = {
 TINY = dict(hidden_size=64, intermediate_size=256, num_attention_heads=4, num_key_value_heads=1, head_dim=16)
 ROWS = ["eager", "geglu", "liger", "torch.compile", "geglu+compile"]
 DEFAULT_ROWS = ["eager", "geglu", "liger", "torch.compile"]  # geglu+compile: opt in (compile time)
+MODES = ["prefill", "decode", "generate"]
+GEN_CACHES = ["dynamic", "static"]
+# With the static cache generate() compiles every row's decode step itself: a row that
+# is torch.compile'd already would only repeat another row.
+STATIC_SKIP = {
+    "torch.compile": "generate() compiles every row with the static cache: this row would repeat eager",
+    "geglu+compile": "generate() compiles every row with the static cache: this row would repeat geglu",
+}
 
 
 def log(msg: str) -> None:
     print(f"[models] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- run clock
+
+
+def elapsed(args) -> float:
+    return time.time() - args.start
+
+
+def over_budget(args) -> bool:
+    return elapsed(args) > args.time_budget
+
+
+@contextlib.contextmanager
+def phase(args, name: str):
+    """Wall time of one phase, to stderr (the lead's knob for --rounds / --gen-tokens)."""
+    t0 = time.time()
+    try:
+        yield
+    finally:
+        print(
+            f"[models] phase {name}: {time.time() - t0:.1f} s (run total {elapsed(args):.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 # --------------------------------------------------------------------------- models
@@ -99,27 +156,44 @@ def liger_layer():
     return InProcessRepository()
 
 
-def make_row(row: str, base, device: str):
-    """The model for one row, or raise (the row is then reported as skipped)."""
+def make_row(row: str, base, device: str, backend: str = "inductor", for_generate: bool = False):
+    """The model for one row, or raise (the row is then reported as skipped).
+
+    for_generate: the form generate() needs. torch.compile wraps the model's `forward`
+    (generate() calls the module itself, which an OptimizedModule wrapper would bypass),
+    and the kernelized rows are kernelized with Mode.TORCH_COMPILE as well, because
+    generate() compiles them with the static cache."""
     from kernels import Mode, kernelize, use_kernel_mapping
 
     model = copy.deepcopy(base)
     if row == "eager":
         return model
+    compile_mode = Mode.INFERENCE | Mode.TORCH_COMPILE
     if row == "torch.compile":
-        return torch.compile(model, dynamic=True)
+        return compile_model(model, backend, for_generate)
     if row == "liger":
         with use_kernel_mapping({"GeGLUMLP": {device: liger_layer()}}, inherit_mapping=False):
-            model = kernelize(model, mode=Mode.INFERENCE)
+            model = kernelize(model, mode=compile_mode if for_generate else Mode.INFERENCE)
     elif row in ("geglu", "geglu+compile"):
-        mode = Mode.INFERENCE | Mode.TORCH_COMPILE if "compile" in row else Mode.INFERENCE
+        mode = compile_mode if ("compile" in row or for_generate) else Mode.INFERENCE
         model = example.kernelize_with_geglu(model, mode=mode, layer=example.local_layer)
     else:
         raise ValueError(f"unknown row {row!r}")
     swapped = example.count_kernelized(model).get("GeGLUMLP", 0)
     if swapped != base.config.num_hidden_layers:  # kernelize fell back: not this row
         raise RuntimeError(f"only {swapped} of {base.config.num_hidden_layers} MLPs kernelized")
-    return torch.compile(model, dynamic=True) if "compile" in row else model
+    return compile_model(model, backend, for_generate) if "compile" in row else model
+
+
+def compile_model(model, backend: str, for_generate: bool):
+    if for_generate:  # the way Transformers' docs compile a model for generate()
+        model.forward = torch.compile(model.forward, dynamic=True, backend=backend)
+        return model
+    return torch.compile(model, dynamic=True, backend=backend)
+
+
+def unwrap(model):
+    return getattr(model, "_orig_mod", model)
 
 
 # --------------------------------------------------------------------------- timing
@@ -236,18 +310,11 @@ def mlp_share(model, fn, device: str) -> float:
     return mlp / total if total else float("nan")
 
 
-# --------------------------------------------------------------------------- main
+# --------------------------------------------------------------------------- prefill / decode
 
 
-def device_short(device: str) -> str:
-    if device != "cuda":
-        return "cpu"
-    name = torch.cuda.get_device_name().lower().replace("nvidia", "").split()
-    return name[0] if name else "gpu"
-
-
-def run_size(name, size, args, device, dtype) -> dict:
-    base = build_model(size, args.layers, args.vocab, device, dtype)
+def run_steps(name, base, args, device) -> dict:
+    """The prefill and decode-step rows (one row after the other, as before)."""
     g = torch.Generator().manual_seed(1)
     prefill_ids = torch.randint(2, args.vocab, (1, args.prefill), generator=g).to(device)
     prompt = torch.randint(2, args.vocab, (args.batch, args.context), generator=g).to(device)
@@ -257,31 +324,38 @@ def run_size(name, size, args, device, dtype) -> dict:
     for row in args.rows:
         log(f"{name} / {row}")
         t0 = time.time()
-        if t0 - args.start > args.time_budget:
+        if over_budget(args):
             results[row] = {"skipped": f"time budget of {args.time_budget:.0f} s spent"}
             continue
         try:
-            model = make_row(row, base, device)
-            r = {}
-            if row not in ("eager", "torch.compile"):
-                r["kernelized"] = example.count_kernelized(getattr(model, "_orig_mod", model))
-            with torch.no_grad():
-                out = model(input_ids=prompt[:2], use_cache=False).logits.float()
-            r["logits_rel_err_vs_eager"] = ((out - ref_logits).abs().max() / ref_logits.abs().max()).item()
-            r["prefill_tokens_per_s"] = prefill_tokens_per_s(model, prefill_ids, device, args.warmup, args.iters)
-            r["decode_tokens_per_s"] = decode_tokens_per_s(
-                model, prompt, device, args.warmup, args.decode_steps, args.reps
-            )
-            if "compile" not in row:
-                r["prefill_mlp_share"] = mlp_share(
-                    model, lambda: model(input_ids=prefill_ids, use_cache=False, logits_to_keep=1), device
-                )
-                step = decoder(model, prompt)
-                r["decode_mlp_share"] = mlp_share(model, lambda: step(4), device)
-            r["seconds"] = round(time.time() - t0, 1)
-            results[row] = r
-            log(f"  {json.dumps(r)}")
-            del model
+            with phase(args, f"{name} {'+'.join(args.step_modes)} {row}"):
+                model = make_row(row, base, device, args.compile_backend)
+                r = {}
+                if row not in ("eager", "torch.compile"):
+                    r["kernelized"] = example.count_kernelized(unwrap(model))
+                with torch.no_grad():
+                    out = model(input_ids=prompt[:2], use_cache=False).logits.float()
+                r["logits_rel_err_vs_eager"] = ((out - ref_logits).abs().max() / ref_logits.abs().max()).item()
+                if "prefill" in args.step_modes:
+                    r["prefill_tokens_per_s"] = prefill_tokens_per_s(
+                        model, prefill_ids, device, args.warmup, args.iters
+                    )
+                if "decode" in args.step_modes:
+                    r["decode_tokens_per_s"] = decode_tokens_per_s(
+                        model, prompt, device, args.warmup, args.decode_steps, args.reps
+                    )
+                if "compile" not in row:
+                    if "prefill" in args.step_modes:
+                        r["prefill_mlp_share"] = mlp_share(
+                            model, lambda: model(input_ids=prefill_ids, use_cache=False, logits_to_keep=1), device
+                        )
+                    if "decode" in args.step_modes:
+                        step = decoder(model, prompt)
+                        r["decode_mlp_share"] = mlp_share(model, lambda: step(4), device)
+                r["seconds"] = round(time.time() - t0, 1)
+                results[row] = r
+                log(f"  {json.dumps(r)}")
+                del model
         except Exception as e:  # a row that cannot run is reported, the rest go on
             results[row] = {"skipped": f"{type(e).__name__}: {e}"[:300]}
             log(f"  skipped: {results[row]['skipped']}")
@@ -290,43 +364,312 @@ def run_size(name, size, args, device, dtype) -> dict:
         if device == "cuda":
             torch.cuda.empty_cache()
         torch._dynamo.reset()
-    del base
     return results
 
 
-def table(report: dict) -> str:
+# --------------------------------------------------------------------------- generate()
+
+
+def compile_counts() -> dict:
+    """torch._dynamo's global counters that tell whether compiled generation stayed
+    compiled: graph breaks, inductor's cudagraph skips, graphs compiled."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "graph_breaks": sum(counters["graph_break"].values()),
+        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+        "graphs_compiled": counters["stats"]["unique_graphs"],
+        "break_reasons": set(counters["graph_break"]),
+    }
+
+
+def counts_since(before: dict) -> dict:
+    now = compile_counts()
+    out = {k: now[k] - before[k] for k in ("graph_breaks", "cudagraph_skips", "graphs_compiled")}
+    new = sorted(now["break_reasons"] - before["break_reasons"])
+    if new:
+        out["graph_break_reasons"] = [m[:200] for m in new[:5]]
+    return out
+
+
+def raise_recompile_limit(limit: int = 64) -> None:
+    """generate() compiles the same code (Module.__call__) for every row and batch size;
+    past torch._dynamo's recompile limit (8) it would silently run eager."""
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(getattr(cfg, name), limit))
+            return
+
+
+def generate_kwargs(model, args, cache: str, device: str) -> dict:
+    n = args.gen_tokens
+    pad = model.generation_config.pad_token_id
+    pad = 0 if pad is None else pad
+    kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=pad)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+        if device != "cuda":  # generate() compiles on accelerators only unless asked to
+            from transformers import CompileConfig
+
+            config = CompileConfig(backend=args.compile_backend, mode="default")
+            config._compile_all_devices = True
+            kw["compile_config"] = config
+    return kw
+
+
+@torch.no_grad()
+def generate_once(model, prompt, kw: dict, device: str):
+    """(seconds, new tokens) of one model.generate() call, wall clock."""
+    sync(device)
+    t = time.perf_counter()
+    out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), **kw)
+    sync(device)
+    seconds = time.perf_counter() - t
+    seq = out if isinstance(out, torch.Tensor) else out.sequences
+    new = seq[:, prompt.shape[1] :]
+    if new.shape[1] != kw["max_new_tokens"]:
+        raise RuntimeError(f"generated {new.shape[1]} tokens, not {kw['max_new_tokens']}")
+    return seconds, new
+
+
+def spread(values) -> dict:
+    values = list(values)
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "rounds": [round(v, 4) for v in values],
+    }
+
+
+def run_generate(name, base, args, device) -> dict:
+    """generate() tokens/s per cache kind and batch size, rows interleaved in rounds."""
+    raise_recompile_limit()
+    g = torch.Generator().manual_seed(2)
+    prompts = {b: torch.randint(2, args.vocab, (b, args.gen_prompt), generator=g).to(device) for b in args.gen_batches}
+    models, built = {}, {}
+    with phase(args, f"{name} generate: build rows"):
+        for row in args.rows:
+            try:
+                # Copies of base even for eager: generate() leaves its compiled call on the model.
+                models[row] = make_row(row, base, device, args.compile_backend, for_generate=True)
+                built[row] = None
+            except Exception as e:
+                built[row] = f"{type(e).__name__}: {e}"[:300]
+                log(f"{name} / {row}: skipped: {built[row]}")
+                if args.verbose:
+                    traceback.print_exc()
+
+    report = {}
+    for cache in args.gen_caches:
+        if cache == "static" and device != "cuda" and not args.cpu_static:
+            reason = "static cache + compile on CPU is slow: skipped (--cpu-static runs it)"
+            report[cache] = {"skipped": reason}
+            log(f"{name} generate/{cache}: {reason}")
+            continue
+        report[cache] = {}
+        for batch in args.gen_batches:
+            report[cache][f"batch{batch}"] = measure_generate(
+                name, models, built, prompts[batch], args, device, cache
+            )
+    del models
+    return report
+
+
+def measure_generate(name, models, built, prompt, args, device, cache) -> dict:
+    batch = prompt.shape[0]
+    where = f"{name} generate/{cache} batch {batch}"
+    results, active = {}, []
+    for row in args.rows:
+        if built[row] is not None:
+            results[row] = {"skipped": built[row]}
+            continue
+        if cache == "static" and row in STATIC_SKIP:
+            results[row] = {"skipped": STATIC_SKIP[row]}
+            continue
+        if over_budget(args):
+            results[row] = {"skipped": f"time budget of {args.time_budget:.0f} s spent"}
+            log(f"{where} / {row}: {results[row]['skipped']}")
+            continue
+        model = models[row]
+        kw = generate_kwargs(unwrap(model), args, cache, device)
+        before = compile_counts()
+        try:
+            # Untimed: compilation, CUDA-graph recording (the static cache's second call
+            # may record again for a new cache allocation).
+            with phase(args, f"{where} warm-up {row}"):
+                warm = [generate_once(model, prompt, kw, device)[0] for _ in range(2 if cache == "static" else 1)]
+        except Exception as e:
+            results[row] = {"skipped": f"{type(e).__name__}: {e}"[:300]}
+            log(f"{where} / {row}: skipped: {results[row]['skipped']}")
+            if args.verbose:
+                traceback.print_exc()
+            continue
+        r = {"warmup_seconds": [round(w, 2) for w in warm], "warmup": counts_since(before)}
+        if cache == "static":
+            r["compiled_by_generate"] = hasattr(unwrap(model), "_compiled_call")
+            config = getattr(unwrap(model), "_last_compile_config", None)
+            if config is not None and hasattr(config, "to_dict"):
+                r["compile_config"] = {k: str(v) for k, v in config.to_dict().items()}
+        if row not in ("eager", "torch.compile"):
+            r["kernelized"] = example.count_kernelized(unwrap(model))
+        results[row] = r
+        active.append(row)
+
+    rates = {row: [] for row in active}
+    tokens, in_rounds = {}, {row: None for row in active}
+    with phase(args, f"{where} {args.rounds} rounds x {len(active)} rows"):
+        for rnd in range(args.rounds):
+            if rnd > 0 and over_budget(args):
+                log(f"{where}: time budget spent after {rnd} rounds")
+                break
+            order = active[rnd % len(active) :] + active[: rnd % len(active)] if active else []
+            for row in order:
+                if "error" in results[row]:
+                    continue
+                kw = generate_kwargs(unwrap(models[row]), args, cache, device)
+                before = compile_counts()
+                try:
+                    seconds, new = generate_once(models[row], prompt, kw, device)
+                except Exception as e:
+                    results[row]["error"] = f"round {rnd}: {type(e).__name__}: {e}"[:300]
+                    log(f"{where} / {row}: {results[row]['error']}")
+                    continue
+                rates[row].append(batch * args.gen_tokens / seconds)
+                tokens[row] = new
+                delta = counts_since(before)
+                if in_rounds[row] is None:
+                    in_rounds[row] = delta
+                else:
+                    for k in ("graph_breaks", "cudagraph_skips", "graphs_compiled"):
+                        in_rounds[row][k] += delta[k]
+
+    eager = rates.get("eager", [])
+    for row in active:
+        r = results[row]
+        if not rates[row]:
+            continue
+        r["tokens_per_s"] = spread(rates[row])
+        r["in_timed_rounds"] = in_rounds[row]
+        ratios = [a / b for a, b in zip(rates[row], eager)]
+        if ratios and row != "eager":
+            r["vs_eager"] = spread(ratios)  # each round's ratio: same host state
+        if row != "eager" and "eager" in tokens:
+            r["same_tokens_as_eager"] = (tokens[row] == tokens["eager"]).float().mean().item()
+        log(f"{where} / {row}: {json.dumps({k: v for k, v in r.items() if k != 'compile_config'})}")
+    return results
+
+
+# --------------------------------------------------------------------------- report
+
+
+def device_short(device: str) -> str:
+    if device != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name().lower().replace("nvidia", "").split()
+    return name[0] if name else "gpu"
+
+
+def steps_table(report: dict) -> str:
     lines = [
         f"{'model':<10} {'row':<14} {'prefill tok/s':>14} {'decode tok/s':>13} "
         f"{'MLP share (prefill/decode)':>27} {'vs eager':>17}"
     ]
+
+    def num(r, key):
+        return f"{r[key]:,.0f}" if key in r else "-"
+
+    def pct(r, key):
+        return f"{r[key]:.0%}" if key in r else "-"
+
+    def ratio(r, eager, key):
+        return f"{r[key] / eager[key]:.2f}x" if key in r and eager.get(key) else "-"
+
     for name, rows in report["models"].items():
         eager = rows.get("eager", {})
         for row, r in rows.items():
             if "skipped" in r:
                 lines.append(f"{name:<10} {row:<14} skipped: {r['skipped'][:70]}")
                 continue
-            share = (
-                f"{r['prefill_mlp_share']:.0%} / {r['decode_mlp_share']:.0%}" if "prefill_mlp_share" in r else "-"
-            )
-            speed = "-"
-            if "prefill_tokens_per_s" in eager:
-                speed = (
-                    f"{r['prefill_tokens_per_s'] / eager['prefill_tokens_per_s']:.2f}x / "
-                    f"{r['decode_tokens_per_s'] / eager['decode_tokens_per_s']:.2f}x"
-                )
+            share = f"{pct(r, 'prefill_mlp_share')} / {pct(r, 'decode_mlp_share')}"
+            speed = f"{ratio(r, eager, 'prefill_tokens_per_s')} / {ratio(r, eager, 'decode_tokens_per_s')}"
             lines.append(
-                f"{name:<10} {row:<14} {r['prefill_tokens_per_s']:>14,.0f} {r['decode_tokens_per_s']:>13,.0f} "
+                f"{name:<10} {row:<14} {num(r, 'prefill_tokens_per_s'):>14} {num(r, 'decode_tokens_per_s'):>13} "
                 f"{share:>27} {speed:>17}"
             )
     return "\n".join(lines)
 
 
+def generate_table(report: dict) -> str:
+    lines = [
+        f"{'model':<10} {'cache':<8} {'batch':>5} {'row':<14} {'tok/s median':>13} {'(min - max)':>21} "
+        f"{'vs eager median':>16} {'(min - max)':>15}"
+    ]
+    for name, caches in report["generate"].items():
+        for cache, batches in caches.items():
+            if "skipped" in batches:
+                lines.append(f"{name:<10} {cache:<8} skipped: {batches['skipped'][:80]}")
+                continue
+            for key, rows in batches.items():
+                batch = key.replace("batch", "")
+                for row, r in rows.items():
+                    head = f"{name:<10} {cache:<8} {batch:>5} {row:<14}"
+                    if "tokens_per_s" not in r:
+                        why = r.get("skipped") or r.get("error") or "no timed round"
+                        lines.append(f"{head} skipped: {why[:70]}")
+                        continue
+                    t = r["tokens_per_s"]
+                    v = r.get("vs_eager")
+                    vs = f"{v['median']:.2f}x" if v else "1.00x" if row == "eager" else "-"
+                    vs_range = f"({v['min']:.2f} - {v['max']:.2f})" if v else ""
+                    warn = ""
+                    counts = r.get("in_timed_rounds") or {}
+                    if counts.get("graphs_compiled") or counts.get("cudagraph_skips"):
+                        warn = "  ! compiled/skipped cudagraphs in timed rounds"
+                    if cache == "static" and r.get("compiled_by_generate") is False:
+                        warn += "  ! generate() did not compile"
+                    if "error" in r:
+                        warn += "  ! " + r["error"][:60]
+                    t_range = f"({t['min']:,.1f} - {t['max']:,.1f})"
+                    lines.append(f"{head} {t['median']:>13,.1f} {t_range:>21} {vs:>16} {vs_range:>15}{warn}")
+    return "\n".join(lines)
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for mod in ("transformers", "kernels", "triton", "liger_kernel"):
+        try:
+            module = __import__(mod)
+            out[mod] = getattr(module, "__version__", "?")
+        except Exception:  # noqa: BLE001  (absent or broken: not recorded)
+            pass
+    if "liger_kernel" in out and out["liger_kernel"] == "?":
+        try:
+            from importlib.metadata import version
+
+            out["liger_kernel"] = version("liger-kernel")
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
+def free_memory(device: str) -> None:
+    """Drop compiled code and CUDA-graph pools (torch._dynamo.reset), then the models
+    (compiled calls make reference cycles: gc), then the allocator's cache."""
+    torch._dynamo.reset()
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--mode", default=",".join(MODES), help=f"comma list of {MODES}")
     ap.add_argument("--sizes", default="gemma-2b,gemma-7b", help=f"comma list of {list(SIZES)}")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma list of {ROWS}")
-    ap.add_argument("--layers", type=int, default=8, help="decoder layers (the real models have 18 / 28)")
+    ap.add_argument("--layers", type=int, help="decoder layers (default 8; the real models have 18 / 28)")
     ap.add_argument("--vocab", type=int, default=256000)
     ap.add_argument("--prefill", type=int, default=4096, help="prefill tokens (batch 1)")
     ap.add_argument("--batch", type=int, default=16, help="decode batch")
@@ -335,43 +678,71 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--decode-steps", type=int, default=16)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--gen-tokens", type=int, default=64, help="generate(): new tokens per call (all rows)")
+    ap.add_argument("--gen-prompt", type=int, default=128, help="generate(): prompt tokens")
+    ap.add_argument("--gen-batches", default="1,8", help="generate(): comma list of batch sizes")
+    ap.add_argument("--gen-caches", default=",".join(GEN_CACHES), help=f"generate(): comma list of {GEN_CACHES}")
+    ap.add_argument("--rounds", type=int, default=3, help="generate(): interleaved timing rounds")
+    ap.add_argument(
+        "--compile-backend", help="torch.compile backend of the compiled rows (default inductor; --tiny: eager)"
+    )
+    ap.add_argument("--cpu-static", action="store_true", help="run the static-cache generate() on CPU too")
     ap.add_argument("--tiny", action="store_true", help="tiny sizes and counts: a smoke test of this script")
     ap.add_argument(
-        "--time-budget", type=float, default=420, help="seconds; rows not started by then are skipped"
+        "--time-budget", type=float, default=400, help="seconds; phases not started by then are skipped"
     )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     args.start = time.time()
     args.rows = args.rows.split(",")
+    args.modes = args.mode.split(",")
+    for m in args.modes:
+        if m not in MODES:
+            ap.error(f"--mode: {m!r} is not one of {MODES}")
+    for r in args.rows:
+        if r not in ROWS:
+            ap.error(f"--rows: {r!r} is not one of {ROWS}")
+    args.step_modes = [m for m in args.modes if m in ("prefill", "decode")]
+    args.gen_batches = [int(b) for b in args.gen_batches.split(",")]
+    args.gen_caches = args.gen_caches.split(",")
+    for c in args.gen_caches:
+        if c not in GEN_CACHES:
+            ap.error(f"--gen-caches: {c!r} is not one of {GEN_CACHES}")
     sizes = {n: SIZES[n] for n in args.sizes.split(",")}
     if args.tiny:
         sizes = {"tiny": TINY}
         args.vocab, args.prefill, args.batch, args.context = 128, 64, 4, 16
-        args.warmup, args.iters, args.decode_steps, args.reps = 3, 2, 4, 1
+        args.warmup, args.iters, args.decode_steps, args.reps = 2, 2, 4, 1
+        args.gen_tokens, args.gen_prompt, args.rounds = 8, 16, 1
+        args.layers = args.layers or 2
+        args.compile_backend = args.compile_backend or "eager"  # dynamo only: seconds, not minutes
+    args.layers = args.layers or 8
+    args.compile_backend = args.compile_backend or "inductor"
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
 
     report = {
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        **versions(),
         "dtype": str(dtype).replace("torch.", ""),
         "config": {k: v for k, v in vars(args).items() if k not in ("verbose", "start")},
         "models": {},
+        "generate": {},
     }
-    try:
-        import kernels
-        import transformers
-
-        report["kernels"], report["transformers"] = kernels.__version__, transformers.__version__
-        import triton
-
-        report["triton"] = triton.__version__
-    except ImportError:
-        pass
     for name, size in sizes.items():
-        report["models"][name] = run_size(name, size, args, device, dtype)
+        with phase(args, f"{name} build"):
+            base = build_model(size, args.layers, args.vocab, device, dtype)
+        if "generate" in args.modes:
+            report["generate"][name] = run_generate(name, base, args, device)
+            free_memory(device)
+        if args.step_modes:
+            report["models"][name] = run_steps(name, base, args, device)
+        del base
+        free_memory(device)
+    report["seconds"] = round(elapsed(args), 1)
 
-    text = json.dumps(report, indent=2)
+    text = json.dumps(report, indent=2, default=str)
     results = REPO / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
     if not args.tiny:
@@ -379,11 +750,18 @@ def main(argv=None) -> int:
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "models_bench.json").write_text(text + "\n")
     print()
-    print(
-        f"{report['device']}, {report['dtype']}, {args.layers} decoder layers, vocab {args.vocab}: "
-        f"prefill {args.prefill} tokens (batch 1), decode batch {args.batch} at context {args.context}"
-    )
-    print(table(report))
+    print(f"{report['device']}, {report['dtype']}, {args.layers} decoder layers, vocab {args.vocab}, {report['date']}")
+    if report["models"]:
+        print(f"prefill {args.prefill} tokens (batch 1), decode batch {args.batch} at context {args.context}")
+        print(steps_table(report))
+        print()
+    if report["generate"]:
+        print(
+            f"generate(): greedy, prompt {args.gen_prompt}, {args.gen_tokens} new tokens, "
+            f"{args.rounds} interleaved rounds; tok/s = batch x new tokens / wall time of the call"
+        )
+        print(generate_table(report))
+    print(f"\n{report['seconds']:.0f} s in all", file=sys.stderr)
     return 0
 
 
