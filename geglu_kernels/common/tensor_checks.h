@@ -5,9 +5,11 @@
 // and whether a tensor's rows may overlap (RowOverlap).
 //
 // Every failure raises ValueError (TORCH_CHECK_VALUE) whose message names the op, the
-// argument, what was expected and what was got, like the package's Python checks
-// (torch-ext/geglu/_checks.py). The Python side keeps its own copy of the row rule
-// (_checks.row_layout) for the Triton path; the two must agree.
+// argument, what was expected and what was got. On the native route these are the
+// only checks of a call (activation.py calls the op unchecked), so they cover what
+// the package's Python checks (torch-ext/geglu/_checks.py) cover on the other routes.
+// The Python side keeps its own copy of the row rule (_checks.row_layout) for the
+// Triton path; the two must agree.
 
 #include <cstdint>
 #include <string>
@@ -20,21 +22,8 @@
 
 namespace geglu_checks {
 
-// torch's Python name of a dtype ("torch.float32").
-inline std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return "torch.float32";
-    case at::kBFloat16:
-      return "torch.bfloat16";
-    case at::kHalf:
-      return "torch.float16";
-    case at::kDouble:
-      return "torch.float64";
-    default:
-      return std::string("torch.") + c10::toString(t);
-  }
-}
+// torch's Python name of a dtype ("torch.float32", "torch.int32").
+inline std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
 // `t` is a defined, dense tensor on a `device_type` device.
 inline void check_tensor(std::string_view op, std::string_view name, const at::Tensor &t, c10::DeviceType device_type) {
@@ -46,9 +35,10 @@ inline void check_tensor(std::string_view op, std::string_view name, const at::T
                     t.layout());
 }
 
-// An input of the op: check_tensor, and a dtype the kernels compute in.
+// An input of the op: check_tensor, at least one dimension, a dtype the kernels compute in.
 inline void check_input(std::string_view op, std::string_view name, const at::Tensor &t, c10::DeviceType device_type) {
   check_tensor(op, name, t, device_type);
+  TORCH_CHECK_VALUE(t.dim() >= 1, op, ": ", name, " must have at least one dimension, got a 0-d tensor");
   const at::ScalarType s = t.scalar_type();
   TORCH_CHECK_VALUE(s == at::kFloat || s == at::kBFloat16 || s == at::kHalf, op, ": ", name,
                     " must have dtype torch.float32, torch.bfloat16 or torch.float16, got ", dtype_name(s));
@@ -78,9 +68,8 @@ inline void check_matches(std::string_view op, std::string_view name, const at::
   check_shape(op, name, t, shape, ref_name, ref);
 }
 
-// A merged [..., 2d] tensor (gate = t[..., :d], up = t[..., d:]); returns d.
+// A merged [..., 2d] input (gate = t[..., :d], up = t[..., d:]; check_input first); returns d.
 inline int64_t merged_half_width(std::string_view op, std::string_view name, const at::Tensor &t) {
-  TORCH_CHECK_VALUE(t.dim() >= 1, op, ": ", name, " must have at least one dimension ([..., 2d]), got a 0-d tensor");
   const int64_t two_d = t.size(-1);
   TORCH_CHECK_VALUE(two_d % 2 == 0, op, ": ", name,
                     " must have an even last dimension (gate and up halves, [..., 2d]), got ", two_d);
@@ -109,11 +98,11 @@ enum class RowOverlap { kAllowed, kRefused };
 // A tensor as a [rows, width] matrix without copying (never a hidden copy): stride 1
 // along the last dimension, leading dimensions that collapse to one row stride (any
 // contiguous tensor, or a column slice x[..., a:b] of one), and, unless `overlap`
-// allows it, rows that do not overlap. Size-1 dimensions impose nothing. A 0-d tensor
-// is 1 x 1; an empty tensor is accepted as it is (nothing is read or written).
+// allows it, rows that do not overlap. Size-1 dimensions impose nothing. `t` has at
+// least one dimension (an input after check_input, or shaped like one); an empty tensor
+// is accepted as it is (nothing is read or written).
 inline RowMatrix as_row_matrix(std::string_view op, std::string_view name, const at::Tensor &t,
                                RowOverlap overlap) {
-  if (t.dim() == 0) return {1, 1, 1};
   const int64_t width = t.size(-1);
   int64_t rows = 1;
   for (int64_t d = 0; d + 1 < t.dim(); ++d) rows *= t.size(d);

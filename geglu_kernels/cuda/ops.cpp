@@ -22,9 +22,7 @@ namespace geglu_cuda {
 namespace {
 
 using geglu_checks::check_input;
-using geglu_checks::check_like;
 using geglu_checks::check_matches;
-using geglu_checks::check_shape;
 using geglu_checks::is_tanh;
 using geglu_checks::RowMatrix;
 
@@ -71,9 +69,7 @@ void gelu_and_mul_out(const char *op, bool tanh, at::Tensor &out, const at::Tens
 // gelu(gate) * up into a new contiguous tensor.
 at::Tensor geglu_new(const char *op, bool tanh, const at::Tensor &gate, const at::Tensor &up) {
   check_input(op, "gate", gate, kCuda);
-  check_input(op, "up", up, kCuda);
-  check_like(op, "up", up, "gate", gate);
-  check_shape(op, "up", up, gate.sizes(), "gate", gate);
+  check_matches(op, "up", up, "gate", gate, gate.sizes(), kCuda);
   const c10::cuda::CUDAGuard guard(gate.device());
   at::Tensor out = at::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
   if (out.numel() == 0) return out;
@@ -88,13 +84,9 @@ at::Tensor geglu_new(const char *op, bool tanh, const at::Tensor &gate, const at
 // (grad_gate, grad_up) of gelu(gate) * up, new contiguous tensors.
 std::tuple<at::Tensor, at::Tensor> geglu_backward_new(const char *op, bool tanh, const at::Tensor &grad_out,
                                                       const at::Tensor &gate, const at::Tensor &up) {
-  check_input(op, "grad_out", grad_out, kCuda);
   check_input(op, "gate", gate, kCuda);
-  check_input(op, "up", up, kCuda);
-  check_like(op, "gate", gate, "grad_out", grad_out);
-  check_like(op, "up", up, "grad_out", grad_out);
-  check_shape(op, "gate", gate, grad_out.sizes(), "grad_out", grad_out);
-  check_shape(op, "up", up, grad_out.sizes(), "grad_out", grad_out);
+  check_matches(op, "up", up, "gate", gate, gate.sizes(), kCuda);
+  check_matches(op, "grad_out", grad_out, "gate", gate, gate.sizes(), kCuda);
   const c10::cuda::CUDAGuard guard(gate.device());
   const auto options = gate.options().memory_format(at::MemoryFormat::Contiguous);
   at::Tensor grad_gate = at::empty(gate.sizes(), options);

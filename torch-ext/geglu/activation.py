@@ -11,8 +11,13 @@ of the input:
   * "eager": any other device (CPU tensors in the noarch or the CUDA variant): a
     composite of PyTorch ops computing the same float32 math. Correct, not fused.
 
-Every public function validates its arguments first (see `_checks`), so a bad call
-raises ValueError/TypeError naming the argument whichever backend would have run.
+Each call is validated once, with ValueError/TypeError naming the argument whichever
+backend runs it: on the native route by the compiled op itself (C++,
+geglu_kernels/common/tensor_checks.h; the op's fake implementation for meta and fake
+tensors), elsewhere by the Python checks (`_checks`) before the Triton kernel or the
+composite. The native route keeps the Python checks only for what the dispatcher
+refuses before any kernel runs (a non-tensor or non-str argument, a device this build
+has no kernel for): its message names the schema, the Python check names the problem.
 
 Registrations (all through `add_op_namespace_prefix`, so two builds load side by side):
   * Triton custom ops (internal, `_`-prefixed names) _geglu_triton,
@@ -59,6 +64,22 @@ def _native_device_types() -> frozenset:
 
 
 NATIVE_DEVICE_TYPES = _native_device_types()
+
+
+def _native(t) -> bool:
+    """Whether a call routed by `t` goes to a compiled op (which checks its arguments)."""
+    return isinstance(t, Tensor) and t.device.type in NATIVE_DEVICE_TYPES
+
+
+def _call_native(op, check, *args):
+    """op(*args), validated by the op. Where the dispatcher refuses the call before
+    the op runs (RuntimeError: an argument that is not a tensor / str, or on a device
+    this build has no kernel for), `check` raises the Python check's clearer error."""
+    try:
+        return op(*args)
+    except RuntimeError:
+        check(*args)
+        raise
 
 
 def _backend(t: Tensor) -> str:
@@ -252,12 +273,26 @@ if not _op_defined("_geglu_triton"):
 # --------------------------------------------------------------------------- native ops
 
 
+# The fakes of the native ops run instead of their C++ kernels on meta and fake
+# tensors (torch.compile tracing): they check the arguments as the kernels do.
+
+
 def _native_geglu_fake(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
+    _check_geglu(gate, up, approximate)
     return gate.new_empty(gate.shape)
 
 
-def _native_out_fake(out: Tensor, input: Tensor) -> None:
-    return None
+def _native_geglu_backward_fake(grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str):
+    _check_geglu_backward(grad_out, gate, up, approximate)
+    return _geglu_backward_fake(grad_out, gate, up, approximate)
+
+
+def _native_gelu_fake(out: Tensor, input: Tensor) -> None:
+    _check_gelu_out(out, input, "input")
+
+
+def _native_gelu_and_mul_fake(out: Tensor, input: Tensor) -> None:
+    _check_gelu_and_mul_out(out, input, "input")
 
 
 def _native_geglu_grad(ctx, grad: Tensor):
@@ -267,10 +302,12 @@ def _native_geglu_grad(ctx, grad: Tensor):
 
 
 def _register_native_ops() -> None:
-    for name in ("gelu_and_mul", "gelu_tanh_and_mul", "gelu", "gelu_tanh"):
-        torch.library.register_fake(add_op_namespace_prefix(name), _native_out_fake)
+    for name in ("gelu_and_mul", "gelu_tanh_and_mul"):
+        torch.library.register_fake(add_op_namespace_prefix(name), _native_gelu_and_mul_fake)
+    for name in ("gelu", "gelu_tanh"):
+        torch.library.register_fake(add_op_namespace_prefix(name), _native_gelu_fake)
     torch.library.register_fake(add_op_namespace_prefix("geglu"), _native_geglu_fake)
-    torch.library.register_fake(add_op_namespace_prefix("geglu_backward"), _geglu_backward_fake)
+    torch.library.register_fake(add_op_namespace_prefix("geglu_backward"), _native_geglu_backward_fake)
     torch.library.register_autograd(
         add_op_namespace_prefix("geglu"), _native_geglu_grad, setup_context=_save_inputs
     )
@@ -307,6 +344,8 @@ class _GegluMergedNative(torch.autograd.Function):
 
 
 # --------------------------------------------------------------------------- validation
+# The Python checks: the routes without a compiled op (Triton, composite), the native
+# ops' fakes, and the dispatcher's refusals on the native route (`_call_native`).
 
 
 def _check_pair(gate: Tensor, up: Tensor) -> None:
@@ -319,6 +358,20 @@ def _check_pair(gate: Tensor, up: Tensor) -> None:
     _checks.check_last_dim_stride("up", up)
 
 
+def _check_geglu(gate: Tensor, up: Tensor, approximate: str) -> None:
+    _checks.check_approximate("approximate", approximate)
+    _check_pair(gate, up)
+
+
+def _check_geglu_backward(grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str) -> None:
+    _check_geglu(gate, up, approximate)
+    _checks.check_tensor("grad_out", grad_out)
+    _checks.check_same_device("grad_out", grad_out, "gate", gate)
+    _checks.check_same_dtype("grad_out", grad_out, "gate", gate)
+    _checks.check_same_shape("grad_out", grad_out, "gate", gate)
+    _checks.check_last_dim_stride("grad_out", grad_out)
+
+
 def _check_input(name: str, x: Tensor, *, merged: bool) -> None:
     _checks.check_tensor(name, x)
     if merged:
@@ -326,19 +379,28 @@ def _check_input(name: str, x: Tensor, *, merged: bool) -> None:
     _checks.check_last_dim_stride(name, x)
 
 
+def _check_gelu_out(out: Tensor, x: Tensor, name: str = "x") -> None:
+    _check_input(name, x, merged=False)
+    _checks.check_out("out", out, shape=tuple(x.shape), like_name=name, like=x)
+
+
+def _check_gelu_and_mul_out(out: Tensor, x: Tensor, name: str = "x") -> None:
+    _check_input(name, x, merged=True)
+    _checks.check_out("out", out, shape=_merged_out_shape(x), like_name=name, like=x)
+
+
 # --------------------------------------------------------------------------- public API
 
 
 def _write_gelu(out: Tensor, x: Tensor, approximate: str, merged: bool) -> Tensor:
     """out = gelu(x) (merged: gelu(x[..., :d]) * x[..., d:]), the four out= functions."""
-    _check_input("x", x, merged=merged)
-    out_shape = _merged_out_shape(x) if merged else tuple(x.shape)
-    _checks.check_out("out", out, shape=out_shape, like_name="x", like=x)
-    backend = _backend(x)
-    if backend == "native":
+    check = _check_gelu_and_mul_out if merged else _check_gelu_out
+    if _native(x):
         name = ("gelu_tanh" if approximate == "tanh" else "gelu") + ("_and_mul" if merged else "")
-        getattr(ops, name)(out, x)
-    elif backend == "triton":
+        _call_native(getattr(ops, name), check, out, x)
+        return out
+    check(out, x)
+    if _backend(x) == "triton":
         (ops._gelu_and_mul_triton if merged else ops._gelu_triton)(out, x, approximate)
     elif merged:
         out.copy_(_eager_geglu(*_halves(x), approximate))
@@ -371,8 +433,9 @@ def gelu_tanh(out: Tensor, x: Tensor) -> Tensor:
 def geglu(gate: Tensor, up: Tensor, approximate: str = "tanh") -> Tensor:
     """gelu(gate, approximate) * up, a new contiguous tensor of gate's shape.
     Differentiable with respect to gate and up; math in float32."""
-    _checks.check_approximate("approximate", approximate)
-    _check_pair(gate, up)
+    if _native(gate):
+        return _call_native(ops.geglu, _check_geglu, gate, up, approximate)
+    _check_geglu(gate, up, approximate)
     return _geglu(gate, up, approximate)
 
 
@@ -392,17 +455,11 @@ def geglu_backward(
     grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str = "tanh"
 ) -> Tuple[Tensor, Tensor]:
     """(grad_gate, grad_up) of geglu for the upstream gradient grad_out."""
-    _checks.check_approximate("approximate", approximate)
-    _check_pair(gate, up)
-    _checks.check_tensor("grad_out", grad_out)
-    _checks.check_same_device("grad_out", grad_out, "gate", gate)
-    _checks.check_same_dtype("grad_out", grad_out, "gate", gate)
-    _checks.check_same_shape("grad_out", grad_out, "gate", gate)
-    _checks.check_last_dim_stride("grad_out", grad_out)
+    if _native(gate):
+        return _call_native(ops.geglu_backward, _check_geglu_backward, grad_out, gate, up, approximate)
+    _check_geglu_backward(grad_out, gate, up, approximate)
     backend = _backend(gate)
-    if backend == "native":
-        grad_gate, grad_up = ops.geglu_backward(grad_out, gate, up, approximate)
-    elif backend == "triton" and direct_call_ok(grad_out, gate, up):
+    if backend == "triton" and direct_call_ok(grad_out, gate, up):
         grad_gate, grad_up = _geglu_backward_triton(grad_out, gate, up, approximate)
     elif backend == "triton":
         grad_gate, grad_up = ops._geglu_backward_triton(grad_out, gate, up, approximate)
@@ -413,7 +470,9 @@ def geglu_backward(
 
 def geglu_merged(x: Tensor, approximate: str = "tanh") -> Tensor:
     """gelu(x[..., :d], approximate) * x[..., d:] for x = [..., 2d] (gate first), a new
-    contiguous [..., d] tensor. Differentiable with respect to x."""
+    contiguous [..., d] tensor. Differentiable with respect to x. Checked in Python on
+    every route: the native route runs the geglu op on views of x, whose own checks
+    would name gate and up."""
     _checks.check_approximate("approximate", approximate)
     _check_input("x", x, merged=True)
     return _geglu_merged(x, approximate)
