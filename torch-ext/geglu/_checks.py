@@ -1,8 +1,12 @@
-"""Argument validation of every public function of the package, done once per call.
+"""Argument validation in Python, done once per call: of the GEMM functions, and of
+the activation functions on the routes without a compiled op (Triton, the eager
+composite; the native ops' fakes). On the native activation route the compiled op
+checks its arguments itself (geglu_kernels/common/tensor_checks.h), with the same
+cases and messages that name the op and the argument.
 
 Each helper raises ValueError (TypeError for a non-tensor or a wrong Python type)
-with a message that names the argument and says what was expected, so a bad call
-fails in Python before any kernel (native, Triton or eager) sees it.
+with a message that names the argument and says what was expected, before any
+kernel sees the call.
 
 The layout rule of every kernel in this package: a tensor is viewed as a
 [rows, width] matrix without copying, which needs the last dimension to have
