@@ -14,7 +14,7 @@ the gate (`compare_python_api`, `compare_ops`) checks only that:
   are the documented kernels-community-style ops users call through `kernel.ops` /
   `_ops.ops` (the native `gelu_and_mul`, `gelu_tanh_and_mul`, `gelu`, `gelu_tanh`,
   `geglu`, `geglu_backward`); their name must not disappear and their schema must not
-  change. Ops named `_...` (`_geglu_triton`, `_linear_epilogue`, `_geglu_mlp_cublas`,
+  change. Ops named `_...` (`_geglu_triton`, `_linear_epilogue`, `_geglu_mlp`,
   ...) are internal helpers of the Python API: they are listed in the description for
   information, but removing or changing one never fails the gate.
 

@@ -1,23 +1,26 @@
-// _geglu_mlp_cublas: the GeGLU MLP for training, differentiable in C++.
+// _geglu_mlp: the GeGLU MLP as one native call, the op every MLP layer forward runs.
 //
 //   y = (gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)) @ w_down.T + b_down + residual
 //
-// The GEMMs are torch's (cuBLAS/cuBLASLt on CUDA), the activation and its backward
-// are this package's ops geglu / geglu_backward (the backend linked into the build).
-// It exists for host time: a training step of small layers is bound by the host
-// issuing its kernels, and the same computation driven from Python custom ops took
-// 989 us per step for 636 us of kernels on an H100 (benchmarks/profile_mlp_train.py;
-// variants without this module, and torch.compile, run linear.py's composition of
-// F.linear + geglu + F.linear). Here one dispatcher call covers the forward and one
-// autograd node the backward, with no Python in either.
+// One dispatcher call does the argument checks (gemm_checks.h: the only validation the
+// call gets), picks the kernels and launches them, with no Python between them: a
+// decode step of a small model is bound by the host issuing its kernels, and Python
+// custom ops and Triton's launcher cost tens of microseconds per call.
 //
-// Saved for backward: x, the weights, the pre-activations [gate | up] ([M, 2*hidden])
-// and h = gelu(gate) * up ([M, hidden]); eager autograd keeps 4*M*hidden elements
-// (gate, gelu(gate), up, h), this 3*M*hidden.
+// Inference (no input needs a gradient, or below autograd): the gate/up GEMM with the
+// GeGLU fused in, where the backend has a kernel for the call (fused_gate_up: the
+// Hopper engine, the decode kernels), else torch's GEMM writing [gate | up] and the
+// geglu op; then the down GEMM (fused_linear where the backend has one, else torch's,
+// with b_down and the residual in it).
 //
-// Arguments are validated by the Python wrapper (linear.geglu_mlp); x is [M, K].
-// w_up undefined: w_gate is a merged [2*hidden, K] gate/up weight, and its bias is
-// either merged (b_gate of 2*hidden, b_up undefined) or split.
+// Training: a C++ autograd node (GegluMlp below). Saved for backward: x, the weights,
+// the pre-activations [gate | up] ([M, 2*hidden]) and h = gelu(gate) * up ([M, hidden]);
+// eager autograd keeps 4*M*hidden elements (gate, gelu(gate), up, h), this 3*M*hidden.
+// A training step from Python custom ops took 989 us for 636 us of kernels on an H100;
+// this op, 688 us (docs/DESIGN.md).
+//
+// x is [..., K]; w_up absent: w_gate is a merged [2*hidden, K] gate/up weight (gate rows
+// first), and its bias either merged (b_gate of 2*hidden, b_up absent) or split.
 
 #include <optional>
 #include <string>
@@ -25,6 +28,7 @@
 
 #include <torch/torch.h>
 
+#include "gemm_checks.h"
 #include "torch_binding.h"
 
 #define GEGLU_STR_(x) #x
@@ -185,23 +189,109 @@ class GegluMlp : public torch::autograd::Function<GegluMlp> {
   }
 };
 
-}  // namespace
+// ------------------------------------------------------------------ inference
 
-// Backend kernel (no autograd recorded: inference mode, or called below autograd).
-torch::Tensor geglu_mlp_cublas(torch::Tensor const &x, torch::Tensor const &w_gate,
-                               c10::optional<torch::Tensor> const &w_up, torch::Tensor const &w_down,
-                               c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
-                               c10::optional<torch::Tensor> const &b_down,
-                               c10::optional<torch::Tensor> const &residual, std::string_view approximate) {
-  return run_forward(x, w_gate, opt(w_up), w_down, opt(b_gate), opt(b_up), opt(b_down), opt(residual), approximate).y;
+// The problem of one call, checked, with x and the residual as [M, K] / [M, N] views.
+struct Problem {
+  at::Tensor x, residual;
+  std::vector<int64_t> out_shape;  // [..., N]
+  bool tanh;
+};
+
+Problem check_and_flatten(const at::Tensor &x, const at::Tensor &w_gate, const OptTensor &w_up,
+                          const at::Tensor &w_down, const OptTensor &b_gate, const OptTensor &b_up,
+                          const OptTensor &b_down, const OptTensor &residual, std::string_view approximate) {
+  gemm_checks::check_x(x);
+  const int64_t hidden = gemm_checks::check_gate_up(x, w_gate, w_up, b_gate, b_up);
+  gemm_checks::check_linear_operand("w_down", w_down, x, hidden);
+  const int64_t n = w_down.size(0);
+  gemm_checks::check_optional("b_down", b_down, x, {n});
+  std::vector<int64_t> out_shape = x.sizes().vec();
+  out_shape.back() = n;
+  gemm_checks::check_optional("residual", residual, x, out_shape);
+  const bool tanh = gemm_checks::is_tanh(approximate);
+  const int64_t k = x.size(-1);
+  return {x.dim() == 2 ? x : x.reshape({-1, k}),
+          !residual.has_value() ? at::Tensor() : (residual->dim() == 2 ? *residual : residual->reshape({-1, n})),
+          std::move(out_shape), tanh};
 }
 
-// Autograd kernel.
-torch::Tensor geglu_mlp_cublas_autograd(torch::Tensor const &x, torch::Tensor const &w_gate,
-                                        c10::optional<torch::Tensor> const &w_up, torch::Tensor const &w_down,
-                                        c10::optional<torch::Tensor> const &b_gate,
-                                        c10::optional<torch::Tensor> const &b_up,
-                                        c10::optional<torch::Tensor> const &b_down,
-                                        c10::optional<torch::Tensor> const &residual, std::string_view approximate) {
-  return GegluMlp::apply(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, std::string(approximate));
+// gelu(gate) * up without the [M, 2*hidden] pre-activations where the backend has a fused
+// kernel for the call, else from torch's GEMM and the geglu op.
+at::Tensor inference_gate_up(const at::Tensor &x, const at::Tensor &w_gate, const at::Tensor &w_up,
+                             const at::Tensor &b_gate, const at::Tensor &b_up, std::string_view approximate,
+                             bool tanh) {
+  const bool empty = x.size(0) == 0 || x.size(1) == 0 || w_gate.size(0) == 0;
+  if (!empty) {
+    // Separate [hidden, K] views of a merged weight (and bias): the fused kernels read
+    // two row ranges of one tensor in place.
+    at::Tensor wg = w_gate, wu = w_up, bg = b_gate, bu = b_up;
+    if (!w_up.defined()) {
+      const int64_t hidden = w_gate.size(0) / 2;
+      wg = w_gate.narrow(0, 0, hidden);
+      wu = w_gate.narrow(0, hidden, hidden);
+      if (b_gate.defined() && !b_up.defined() && b_gate.size(0) == 2 * hidden) {
+        bg = b_gate.narrow(0, 0, hidden);
+        bu = b_gate.narrow(0, hidden, hidden);
+      }
+    }
+    at::Tensor h = fused_gate_up(x, wg, wu, bg.defined() ? c10::optional<at::Tensor>(bg) : c10::nullopt,
+                                 bu.defined() ? c10::optional<at::Tensor>(bu) : c10::nullopt, tanh);
+    if (h.defined()) return h;
+  }
+  at::Tensor pre = gate_up(x, w_gate, w_up, b_gate, b_up);
+  const int64_t hidden = pre.size(1) / 2;
+  return geglu_op(pre.narrow(1, 0, hidden), pre.narrow(1, hidden, hidden), approximate);
+}
+
+at::Tensor inference(const Problem &p, const at::Tensor &w_gate, const OptTensor &w_up, const at::Tensor &w_down,
+                     const OptTensor &b_gate, const OptTensor &b_up, const OptTensor &b_down,
+                     std::string_view approximate) {
+  at::Tensor h = inference_gate_up(p.x, w_gate, opt(w_up), opt(b_gate), opt(b_up), approximate, p.tanh);
+  at::Tensor y;
+  if (h.size(0) > 0 && h.size(1) > 0 && w_down.size(0) > 0) {
+    y = fused_linear(h, w_down, b_down,
+                     p.residual.defined() ? c10::optional<at::Tensor>(p.residual) : c10::nullopt);
+  }
+  if (!y.defined()) y = down(h, w_down, opt(b_down), p.residual);
+  return y.view(p.out_shape);
+}
+
+bool any_requires_grad(std::initializer_list<const at::Tensor *> ts, std::initializer_list<const OptTensor *> opts) {
+  for (const at::Tensor *t : ts) {
+    if (t->requires_grad()) return true;
+  }
+  for (const OptTensor *t : opts) {
+    if (t->has_value() && (*t)->requires_grad()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Backend kernel: reached below autograd (inference-mode tensors, compiled graphs).
+torch::Tensor geglu_mlp(torch::Tensor const &x, torch::Tensor const &w_gate, c10::optional<torch::Tensor> const &w_up,
+                        torch::Tensor const &w_down, c10::optional<torch::Tensor> const &b_gate,
+                        c10::optional<torch::Tensor> const &b_up, c10::optional<torch::Tensor> const &b_down,
+                        c10::optional<torch::Tensor> const &residual, std::string_view approximate) {
+  const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
+  return inference(p, w_gate, w_up, w_down, b_gate, b_up, b_down, approximate);
+}
+
+// Autograd kernel: the training node where an input needs a gradient, else inference.
+torch::Tensor geglu_mlp_autograd(torch::Tensor const &x, torch::Tensor const &w_gate,
+                                 c10::optional<torch::Tensor> const &w_up, torch::Tensor const &w_down,
+                                 c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
+                                 c10::optional<torch::Tensor> const &b_down,
+                                 c10::optional<torch::Tensor> const &residual, std::string_view approximate) {
+  const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
+  if (at::GradMode::is_enabled() &&
+      any_requires_grad({&x, &w_gate, &w_down}, {&w_up, &b_gate, &b_up, &b_down, &residual})) {
+    // p.x / p.residual are views recorded by autograd (this kernel runs above it).
+    const OptTensor res = p.residual.defined() ? OptTensor(p.residual) : std::nullopt;
+    at::Tensor y = GegluMlp::apply(p.x, w_gate, w_up, w_down, b_gate, b_up, b_down, res, std::string(approximate));
+    return y.view(p.out_shape);
+  }
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return inference(p, w_gate, w_up, w_down, b_gate, b_up, b_down, approximate);
 }

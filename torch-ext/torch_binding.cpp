@@ -13,8 +13,10 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("geglu(Tensor gate, Tensor up, str approximate) -> Tensor");
   ops.def("geglu_backward(Tensor grad_out, Tensor gate, Tensor up, "
           "str approximate) -> (Tensor, Tensor)");
-  ops.def("_geglu_mlp_cublas(Tensor x, Tensor w_gate, Tensor? w_up, Tensor w_down, Tensor? b_gate, "
+  ops.def("_geglu_mlp(Tensor x, Tensor w_gate, Tensor? w_up, Tensor w_down, Tensor? b_gate, "
           "Tensor? b_up, Tensor? b_down, Tensor? residual, str approximate) -> Tensor");
+  ops.def("_linear_bias_gelu(Tensor x, Tensor weight, Tensor? bias, str approximate) -> Tensor");
+  ops.impl("_linear_bias_gelu", c10::DispatchKey::CompositeImplicitAutograd, &linear_bias_gelu);
 
 #if defined(CUDA_KERNEL)
   constexpr auto device = torch::kCUDA;
@@ -29,8 +31,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("gelu_tanh", device, &gelu_tanh);
   ops.impl("geglu", device, &geglu);
   ops.impl("geglu_backward", device, &geglu_backward);
-  ops.impl("_geglu_mlp_cublas", device, &geglu_mlp_cublas);
-  ops.impl("_geglu_mlp_cublas", c10::DispatchKey::Autograd, &geglu_mlp_cublas_autograd);
+  ops.impl("_geglu_mlp", device, &geglu_mlp);
+  ops.impl("_geglu_mlp", c10::DispatchKey::Autograd, &geglu_mlp_autograd);
 
 #if defined(CUDA_KERNEL)
   ops.def("_geglu_linear_sm90(Tensor x, Tensor w_gate, Tensor w_up, Tensor? b_gate, Tensor? b_up, "

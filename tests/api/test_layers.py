@@ -8,6 +8,8 @@ test fails if the layer silently took its eager fallback (or fused when it must 
 
 import copy
 
+import inspect
+
 import pytest
 import torch
 import torch.nn as nn
@@ -57,12 +59,14 @@ def call_layer(layer_cls, module, *args):
 
 
 def spy(monkeypatch, kernel, name):
-    """Record the calls from the layers module to functional op `name`."""
+    """Record the calls from the layers module to functional op `name`, each as its
+    arguments by name."""
     calls = []
     real = getattr(kernel.layers, name)
+    signature = inspect.signature(real)
 
     def wrapper(*args, **kwargs):
-        calls.append(kwargs)
+        calls.append(signature.bind(*args, **kwargs).arguments)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(kernel.layers, name, wrapper)
@@ -203,7 +207,7 @@ def gemma_mlp(hidden_act: str, bias: str, device, dtype) -> GemmaMLP:
 def test_geglu_mlp(kernel, monkeypatch, device, dtype, hidden_act, approximate, bias):
     """GeGLUMLP bound to a GemmaMLP: the GELU flavour comes from the module's act_fn;
     biases are honoured; forward and backward against the module in float64."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp")
+    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
     mlp = gemma_mlp(hidden_act, bias, device, dtype)
     mlp64 = as_float64(mlp)
     x = torch.randn(2, 9, HIDDEN, device=device).to(dtype).requires_grad_()
@@ -226,11 +230,11 @@ def test_geglu_mlp_passes_the_modules_weights(kernel, monkeypatch):
     could go stale when an optimizer updates them."""
     seen = []
 
-    def record(x, w_gate, w_up, w_down, **kwargs):
+    def record(x, w_gate, w_up, w_down, *rest):
         seen.append((w_gate, w_up, w_down))
         return x.new_zeros(*x.shape[:-1], w_down.shape[0])
 
-    monkeypatch.setattr(kernel.layers, "geglu_mlp", record)
+    monkeypatch.setattr(kernel.layers, "geglu_mlp_call", record)
     mlp = gemma_mlp("gelu_pytorch_tanh", "none", "cpu", torch.float32)
     call_layer(kernel.layers.GeGLUMLP, mlp, torch.randn(3, HIDDEN))
     assert len(seen) == 1
@@ -242,7 +246,7 @@ def test_geglu_mlp_passes_the_modules_weights(kernel, monkeypatch):
 def test_geglu_mlp_other_activation_runs_the_module(kernel, monkeypatch, hidden_act):
     """An activation the kernels do not compute: the layer runs the module's own
     computation (same result bit for bit) instead of guessing."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp")
+    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
     mlp = gemma_mlp(hidden_act, "none", "cpu", torch.float32)
     x = torch.randn(2, 5, HIDDEN)
     assert torch.equal(call_layer(kernel.layers.GeGLUMLP, mlp, x), mlp(x))
@@ -251,7 +255,7 @@ def test_geglu_mlp_other_activation_runs_the_module(kernel, monkeypatch, hidden_
 
 def test_geglu_mlp_under_autocast_runs_the_module(kernel, monkeypatch):
     """Under autocast nn.Linear computes in the autocast dtype: keep that behaviour."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp")
+    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
     mlp = gemma_mlp("gelu_pytorch_tanh", "none", "cpu", torch.float32)
     x = torch.randn(2, 5, HIDDEN)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -274,7 +278,7 @@ def t5_block(device, dtype, dropout=0.0) -> T5DenseGatedActDense:
 def test_t5_gated_gelu_dense_eval_is_one_fused_mlp(kernel, monkeypatch, device, dtype):
     """T5 v1.1's gelu_new is the tanh GELU; with dropout inactive the block is one
     fused MLP."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp")
+    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
     block = t5_block(device, dtype, dropout=0.1).eval()
     block64 = as_float64(block)
     x = torch.randn(2, 9, HIDDEN, device=device).to(dtype).requires_grad_()

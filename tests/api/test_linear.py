@@ -4,8 +4,9 @@ forward and backward, against float64 autograd of the eager formulas.
 Routes (linear.py's docstring): torch's GEMMs (F.linear, torch._addmm_activation on
 CUDA) plus the package's differentiable geglu for every call that needs gradients or
 runs on CPU; the fused Triton gate/up GEMM (`_geglu_linear_fused`) only for no-grad
-CUDA calls; eager training of geglu_mlp on a compiled variant as the compiled op
-`_geglu_mlp_cublas`.
+CUDA calls. A compiled variant runs geglu_mlp and linear_bias_gelu as one native op
+each (`_geglu_mlp`, `_linear_bias_gelu`: checks, routing and launches in C++); the
+tests run both the native and the Python routes (`mlp_route`).
 
 Without a GPU the public functions therefore never reach Triton; the kernel itself is
 tested directly (`geglu_forward` and the `_geglu_linear_fused` op) under the Triton
@@ -119,9 +120,9 @@ def tg(kernel):
 
 @pytest.fixture(params=["native", "composition"])
 def mlp_route(request, kernel, monkeypatch):
-    """geglu_mlp's two training routes: the compiled op `_geglu_mlp_cublas` (compiled
-    variants) and the autograd composition F.linear + geglu + F.linear (noarch
-    variants, torch.compile). Inference always takes the composition / fused GEMM."""
+    """The two routes of geglu_mlp / linear_bias_gelu: the native ops `_geglu_mlp` and
+    `_linear_bias_gelu` (compiled variants) and the Python routes (noarch variants,
+    torch.compile with gradients): autograd over F.linear + geglu + F.linear."""
     lin = kernel.linear
     if request.param == "native":
         if DEV not in lin._NATIVE_MLP_DEVICE_TYPES:
@@ -381,7 +382,7 @@ def routes(kernel, monkeypatch):
     calls = []
     monkeypatch.setattr(lin, "F", _Recorder(F, {"linear"}, calls))
     monkeypatch.setattr(lin, "torch", _Recorder(torch, {"_addmm_activation", "addmm"}, calls))
-    monkeypatch.setattr(lin, "ops", _Recorder(lin.ops, {"_geglu_mlp_cublas", "_geglu_linear_fused"}, calls))
+    monkeypatch.setattr(lin, "ops", _Recorder(lin.ops, {"_geglu_mlp", "_linear_bias_gelu", "_geglu_linear_fused"}, calls))
     impl = lin._fused_gate_up_impl
 
     def fused(*args):
@@ -393,12 +394,12 @@ def routes(kernel, monkeypatch):
 
 
 def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
-    """Which route each public call takes on this device: no-grad vs grad, the compiled
-    training MLP vs the composition. CPU: never Triton, never _addmm_activation (its
-    CPU GELU is erf); CUDA: the fused GEMM and cuBLASLt's GELU epilogue only without grad."""
+    """Which route each public call takes on this device. A compiled variant runs
+    geglu_mlp and linear_bias_gelu as one native op each (with or without grad); without
+    one (the noarch variant), the Python routes: CPU never Triton, never _addmm_activation
+    (its CPU GELU is erf); CUDA the fused GEMM and cuBLASLt's GELU epilogue only without grad."""
     lin = kernel.linear
     cuda = DEV == "cuda"
-    native = DEV in lin._NATIVE_MLP_DEVICE_TYPES
     dtype = torch.float32
     x = rand((9, 40), dtype, seed=1)
     wg, wu, wd = weight(24, 40, dtype, 2), weight(24, 40, dtype, 3), weight(40, 24, dtype, 4)
@@ -406,38 +407,38 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
     req = lambda t: t.detach().requires_grad_()  # noqa: E731
     fused = ["_fused_gate_up_impl"] if cuda else ["linear", "linear"]
     fused_merged = ["_fused_gate_up_impl"] if cuda else ["linear"]
-    cases = [
-        ("linear_bias", lambda: kernel.linear_bias(x, wg, b), ["linear"]),
-        ("linear_bias_gelu tanh+bias", lambda: kernel.linear_bias_gelu(x, wg, b), ["_addmm_activation"] if cuda else ["linear"]),
-        ("linear_bias_gelu tanh+bias, grad", lambda: kernel.linear_bias_gelu(req(x), wg, b), ["linear"]),
-        ("linear_bias_gelu exact", lambda: kernel.linear_bias_gelu(x, wg, b, approximate="none"), ["linear"]),
-        ("linear_bias_gelu tanh, no bias", lambda: kernel.linear_bias_gelu(x, wg, None), ["linear"]),
-        ("geglu_linear", lambda: kernel.geglu_linear(x, wg, wu), fused),
-        ("geglu_linear merged", lambda: kernel.geglu_linear(x, wm), fused_merged),
-        ("geglu_linear, grad", lambda: kernel.geglu_linear(x, req(wg), wu), ["linear", "linear"]),
-        ("geglu_linear merged, grad", lambda: kernel.geglu_linear(req(x), wm), ["linear"]),
-        ("geglu_mlp", lambda: kernel.geglu_mlp(x, wg, wu, wd), fused + ["linear"]),
-        ("geglu_mlp + residual", lambda: kernel.geglu_mlp(x, wm, None, wd, residual=x), fused_merged + ["addmm"]),
-        ("geglu_mlp, grad", lambda: kernel.geglu_mlp(req(x), wg, wu, wd), ["_geglu_mlp_cublas"] if native else ["linear"] * 3),
-        # only the residual needs grad: the gate/up half takes its inference route
-        ("geglu_mlp, residual grad", lambda: kernel.geglu_mlp(x, wm, None, wd, residual=req(x)), ["_geglu_mlp_cublas"] if native else fused_merged + ["addmm"]),
-    ]
-    if cuda:  # the fused kernel reads unit-column-stride operands only
-        cases.append(("geglu_linear, transposed w_up", lambda: kernel.geglu_linear(x, wg, wu.t().contiguous().t()), ["linear", "linear"]))
-    for what, call, expected in cases:
-        routes.clear()
-        call()
-        assert routes == expected, what
-        with torch.no_grad():  # no_grad overrides requires_grad: the inference route
+
+    def check(native):
+        mlp = (lambda python: ["_geglu_mlp"]) if native else (lambda python: python)
+        lbg = (lambda python: ["_linear_bias_gelu"]) if native else (lambda python: python)
+        cases = [
+            ("linear_bias", lambda: kernel.linear_bias(x, wg, b), ["linear"]),
+            ("linear_bias_gelu tanh+bias", lambda: kernel.linear_bias_gelu(x, wg, b), lbg(["_addmm_activation"] if cuda else ["linear"])),
+            ("linear_bias_gelu tanh+bias, grad", lambda: kernel.linear_bias_gelu(req(x), wg, b), lbg(["linear"])),
+            ("linear_bias_gelu exact", lambda: kernel.linear_bias_gelu(x, wg, b, approximate="none"), lbg(["linear"])),
+            ("geglu_linear", lambda: kernel.geglu_linear(x, wg, wu), fused),
+            ("geglu_linear merged", lambda: kernel.geglu_linear(x, wm), fused_merged),
+            ("geglu_linear, grad", lambda: kernel.geglu_linear(x, req(wg), wu), ["linear", "linear"]),
+            ("geglu_linear merged, grad", lambda: kernel.geglu_linear(req(x), wm), ["linear"]),
+            ("geglu_mlp", lambda: kernel.geglu_mlp(x, wg, wu, wd), mlp(fused + ["linear"])),
+            ("geglu_mlp + residual", lambda: kernel.geglu_mlp(x, wm, None, wd, residual=x), mlp(fused_merged + ["addmm"])),
+            ("geglu_mlp, grad", lambda: kernel.geglu_mlp(req(x), wg, wu, wd), mlp(["linear"] * 3)),
+            # only the residual needs grad: the gate/up half takes its inference route
+            ("geglu_mlp, residual grad", lambda: kernel.geglu_mlp(x, wm, None, wd, residual=req(x)), mlp(fused_merged + ["addmm"])),
+            # an empty problem needing grad: the composition (autograd over torch's GEMMs)
+            ("geglu_mlp, empty, grad", lambda: kernel.geglu_mlp(req(x[:0]), wg, wu, wd), ["linear"] * 3),
+        ]
+        if cuda:  # the fused kernel reads unit-column-stride operands only
+            cases.append(("geglu_linear, transposed w_up", lambda: kernel.geglu_linear(x, wg, wu.t().contiguous().t()), ["linear", "linear"]))
+        for what, call, expected in cases:
             routes.clear()
             call()
-            assert "_geglu_mlp_cublas" not in routes, what
+            assert routes == expected, (what, native)
 
-    # A variant without the compiled module (noarch) trains through the composition.
+    check(DEV in lin._NATIVE_MLP_DEVICE_TYPES)
+    # A variant without the compiled module (noarch) runs the Python routes.
     monkeypatch.setattr(lin, "_NATIVE_MLP_DEVICE_TYPES", frozenset())
-    routes.clear()
-    kernel.geglu_mlp(req(x), wg, wu, wd)
-    assert routes == ["linear"] * 3
+    check(False)
 
 
 def test_torch_compile_traces_the_composition_not_the_native_op(kernel):
@@ -455,7 +456,7 @@ def test_torch_compile_traces_the_composition_not_the_native_op(kernel):
     wg, wu, wd = weight(24, 40, dtype, 2), weight(24, 40, dtype, 3), weight(40, 24, dtype, 4)
     fn = torch.compile(lambda x: kernel.geglu_mlp(x, wg, wu, wd), fullgraph=True, backend=record)
     fn(x).sum().backward()
-    assert not any("_geglu_mlp_cublas" in t for t in targets), targets
+    assert not any("_geglu_mlp" in t for t in targets), targets
     assert sum("linear" in t for t in targets) == 3, targets
 
 
@@ -675,7 +676,8 @@ def test_auto_split_k(tg):
 # --------------------------------------------------------------------------- errors
 
 
-def test_bad_inputs_raise_clear_errors(kernel):
+def test_bad_inputs_raise_clear_errors(kernel, mlp_route):
+    """The same message whether the native op's C++ checks or the Python checks catch it."""
     x = torch.randn(4, 40)
     w = torch.randn(24, 40)
     wd = torch.randn(40, 24)
@@ -702,6 +704,14 @@ def test_bad_inputs_raise_clear_errors(kernel):
         (lambda: kernel.geglu_mlp(x, w, w, wd, biases=(None, None, torch.randn(24))), ValueError, "b_down must have shape (40,)"),
         (lambda: kernel.geglu_mlp(x, w, w, wd, residual=torch.randn(4, 24)), ValueError, "residual must have shape (4, 40)"),
         (lambda: kernel.geglu_mlp(x, w, w, wd, residual=torch.randn(4, 40).half()), ValueError, "residual must have the dtype of x"),
+        (lambda: kernel.geglu_mlp(x.long(), w, w, wd), ValueError, "x must have dtype float32/float16/bfloat16, got torch.int64"),
+        (lambda: kernel.geglu_mlp(x, w, w, wd, approximate="fast"), ValueError, "approximate must be one of ('tanh', 'none'), got 'fast'"),
+        (lambda: kernel.geglu_mlp(x, w, w, wd, approximate=None), TypeError, "approximate must be a str"),
+        (lambda: kernel.geglu_mlp(x, "w", w, wd), TypeError, "w_gate must be a torch.Tensor"),
+        (lambda: kernel.geglu_mlp(x, w, w, wd.to("meta")), ValueError, "w_down must be on the device of x (cpu), got meta"),
+        (lambda: kernel.geglu_mlp(x, w, None, wd), ValueError, "w_down must be a 2-d [out_features, 12]"),
+        (lambda: kernel.geglu_mlp(x, w, w.half(), wd), ValueError, "w_up must have the dtype of x (torch.float32), got torch.float16"),
+        (lambda: kernel.geglu_mlp(x, w, w, wd, biases=(torch.randn(24, 1), None, None)), ValueError, "b_gate must have shape (24,), got (24, 1)"),
     ]
     for fn, exc, msg in cases:
         with pytest.raises(exc) as info:
@@ -713,7 +723,7 @@ def test_bad_inputs_raise_clear_errors(kernel):
 
 
 def test_opcheck_native_training_mlp(kernel):
-    """The compiled training op `_geglu_mlp_cublas` (C++ autograd node): schema, fake
+    """The per-layer native op `_geglu_mlp` (C++ autograd node): schema, fake
     (registered in linear.py), autograd registration, AOT dispatch; split and merged
     weights, merged and partial biases, residual."""
     if DEV not in kernel.linear._NATIVE_MLP_DEVICE_TYPES:
@@ -725,7 +735,7 @@ def test_opcheck_native_training_mlp(kernel):
     b24, b40, b48 = rand((24,), dtype, seed=5), rand((40,), dtype, seed=6), rand((48,), dtype, seed=7)
     res = rand((5, 40), dtype, seed=8)
     wm = torch.cat([wg, wu])
-    op = kernel._ops.ops._geglu_mlp_cublas.default
+    op = kernel._ops.ops._geglu_mlp.default
     for args in (
         (L(x), L(wg), L(wu), L(wd), L(b24), None, L(b40), L(res), "tanh"),
         (L(x), L(wm), None, L(wd), L(b48), None, None, None, "none"),

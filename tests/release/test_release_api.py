@@ -180,7 +180,7 @@ def gate(old: dict, new: dict) -> list[str]:
 
 def test_public_op_names():
     assert is_public_op("gelu_and_mul") and is_public_op("geglu_backward") and is_public_op("geglu.out")
-    assert not is_public_op("_linear_epilogue") and not is_public_op("_geglu_mlp_cublas") and not is_public_op("_geglu_triton.default")
+    assert not is_public_op("_linear_epilogue") and not is_public_op("_geglu_mlp") and not is_public_op("_geglu_triton.default")
 
 
 INTERNAL = b"_linear_epilogue(Tensor x, Tensor? bias, str approximate) -> Tensor\x00"

@@ -12,12 +12,12 @@ functions call the implementation directly: the same code, without the dispatche
 import torch
 
 # Tensor subclasses (FakeTensor, DTensor, functional tensors, ...) go through the op.
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def all_plain(*tensors) -> bool:
     """No tensor subclass among the (possibly None) tensors."""
-    return all(t is None or type(t) in _PLAIN_TYPES for t in tensors)
+    return all(t is None or type(t) in PLAIN_TYPES for t in tensors)
 
 
 def eager_call_ok(*tensors) -> bool:

@@ -5,9 +5,13 @@ Transformers activation, a Gemma MLP, a T5 gated-GELU block, a BERT intermediate
 projection). Hub rules: no `__init__`, no state, no class attributes other than
 `has_backward` / `can_torch_compile`, no methods other than `forward`, and a
 `forward` whose signature matches the replaced one. `kernelize` binds `forward` to
-the adopting module, so `self` is that module: the annotations below name the
-attributes read from it (its weights, its activation, its dropout), read as they
-are, with no per-call copies.
+the adopting module, so `self` is that module: each docstring names the attributes
+read from it (its linears, its activation, its dropout), read as they are, with no
+per-call copies.
+
+On a compiled variant each block's forward is one native op call (`_geglu_mlp`,
+`_linear_bias_gelu`: checks, routing and launches in C++); the Python here only
+decides whether the module is one the kernels compute exactly.
 
 The functional API these call picks the kernel for the tensor's device (compiled
 or Triton on CUDA, native kernels on CPU), so a kernelized model also runs on CPU.
@@ -22,10 +26,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .activation import geglu_merged, gelu, gelu_tanh
-from .linear import geglu_linear, geglu_mlp, linear_bias_gelu
+from .linear import geglu_linear, geglu_mlp_call, linear_bias_gelu
 
 # dtypes the kernels compute in (math in float32).
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_DENSE_TYPES = (nn.Parameter, torch.Tensor)
 
 # Transformers activation classes by the GELU they compute, matched by class name
 # because the kernel package may import only torch. All of the tanh ones evaluate
@@ -58,36 +63,51 @@ def _gelu_approximate(act) -> "str | None":
     return None
 
 
-def _is_plain_linear(m) -> bool:
-    """An nn.Linear that computes x @ W.T + b with a dense float weight: not a
-    quantized or otherwise re-implemented subclass, whose weights mean something else."""
-    return (
-        isinstance(m, nn.Linear)
-        and type(m).forward is nn.Linear.forward
-        and type(m.weight) in (nn.Parameter, torch.Tensor)
-        and m.weight.dtype in _KERNEL_DTYPES
-    )
-
-
-def _fusable(x: torch.Tensor, *linears) -> bool:
-    """True when the fused kernels compute what the eager modules would: plain
-    linears whose weights (and biases) share the input's dtype, and no autocast
-    (under autocast nn.Linear would run in the autocast dtype)."""
+def _linear_operands(x: torch.Tensor, *linears):
+    """[(weight, bias), ...] of `linears` when the fused kernels compute what they would:
+    plain nn.Linear modules (not quantized or otherwise re-implemented subclasses, whose
+    weights mean something else) with dense weights (and biases) in x's dtype, and no
+    autocast (under which nn.Linear would run in the autocast dtype). Else None.
+    Each attribute is read once: a module's attribute lookup is host time on every call."""
     if x.dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled(x.device.type):
-        return False
+        return None
+    operands = []
     for m in linears:
-        if not _is_plain_linear(m) or m.weight.dtype != x.dtype:
-            return False
-        if m.bias is not None and m.bias.dtype != x.dtype:
-            return False
-    return True
+        if not isinstance(m, nn.Linear) or type(m).forward is not nn.Linear.forward:
+            return None
+        w, b = m.weight, m.bias
+        if type(w) not in _DENSE_TYPES or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+            return None
+        operands.append((w, b))
+    return operands
 
 
-def _geglu_mlp_of(x: torch.Tensor, gate: nn.Linear, up: nn.Linear, down: nn.Linear, approximate: str):
-    """geglu_mlp over three nn.Linear modules' weights and biases, read as they are."""
-    return geglu_mlp(
-        x, gate.weight, up.weight, down.weight, biases=(gate.bias, up.bias, down.bias), approximate=approximate
-    )
+def _gated_gelu_mlp(x: torch.Tensor, gate, up, down, act, dropout=None) -> torch.Tensor:
+    """down(dropout(act(gate(x)) * up(x))) for GeGLU blocks: one fused MLP call where the
+    modules are ones the kernels compute exactly and dropout is inactive; the gate/up
+    GEMM with the GeGLU epilogue, then dropout and `down`, where only gate/up are;
+    the modules' own computation otherwise."""
+    approximate = _gelu_approximate(act)
+    gate_up = None if approximate is None else _linear_operands(x, gate, up)
+    if gate_up is None:
+        h = act(gate(x)) * up(x)
+    else:
+        (w_gate, b_gate), (w_up, b_up) = gate_up
+        dropout_active = dropout is not None and dropout.training and dropout.p > 0
+        down_operands = None if dropout_active else _linear_operands(x, down)
+        if down_operands is not None:
+            ((w_down, b_down),) = down_operands
+            return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, None, approximate)
+        h = geglu_linear(x, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
+    if dropout is None:
+        return down(h)
+    h = dropout(h)
+    # T5's own rule, kept verbatim in effect: run `down` (wo) in its weight's dtype
+    # (float32 for an 8-bit / half-precision load), but never cast to int8.
+    w = down.weight
+    if isinstance(w, torch.Tensor) and h.dtype != w.dtype and w.dtype != torch.int8:
+        h = h.to(w.dtype)
+    return down(h)
 
 
 # --------------------------------------------------------------------------- activations
@@ -157,27 +177,20 @@ class GeGLUMLP(nn.Module):
     (`GemmaMLP`, `Gemma2MLP`, `Gemma3MLP`; Transformers' hub name "GeGLUMLP").
 
     Runs as two fused GEMMs: gate and up with the GeGLU in the epilogue, then down.
-    The GELU flavour (tanh or exact) is read from the module's `act_fn`; projection
-    biases are honoured when present."""
+    Reads `gate_proj`, `up_proj`, `down_proj` (nn.Linear) and `act_fn`, whose GELU
+    flavour (tanh or exact) it computes; projection biases are honoured when present."""
 
     has_backward = True
     can_torch_compile = True
 
-    gate_proj: nn.Linear
-    up_proj: nn.Linear
-    down_proj: nn.Linear
-    act_fn: nn.Module
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        approximate = _gelu_approximate(self.act_fn)
-        if approximate is None or not _fusable(x, self.gate_proj, self.up_proj, self.down_proj):
-            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-        return _geglu_mlp_of(x, self.gate_proj, self.up_proj, self.down_proj, approximate)
+        return _gated_gelu_mlp(x, self.gate_proj, self.up_proj, self.down_proj, self.act_fn)
 
 
 class T5GatedGeluDense(nn.Module):
     """T5 v1.1's gated-GELU feed-forward (`T5DenseGatedActDense`):
-    `wo(dropout(act(wi_0(h)) * wi_1(h)))`.
+    `wo(dropout(act(wi_0(h)) * wi_1(h)))`. Reads `wi_0`, `wi_1`, `wo` (nn.Linear),
+    `dropout` and `act`.
 
     With dropout inactive (eval, or p = 0) and `wo` in the activations' dtype this is
     one fused MLP; otherwise the gate/up GEMM with the GeGLU epilogue, then dropout,
@@ -187,56 +200,27 @@ class T5GatedGeluDense(nn.Module):
     has_backward = True
     can_torch_compile = True
 
-    wi_0: nn.Linear
-    wi_1: nn.Linear
-    wo: nn.Linear
-    dropout: nn.Dropout
-    act: nn.Module
-
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        approximate = _gelu_approximate(self.act)
-        if approximate is None or not _fusable(hidden_states, self.wi_0, self.wi_1):
-            hidden = self.act(self.wi_0(hidden_states)) * self.wi_1(hidden_states)
-        else:
-            dropout_active = self.dropout.training and self.dropout.p > 0
-            if not dropout_active and _fusable(hidden_states, self.wi_0, self.wi_1, self.wo):
-                return _geglu_mlp_of(hidden_states, self.wi_0, self.wi_1, self.wo, approximate)
-            hidden = geglu_linear(
-                hidden_states,
-                self.wi_0.weight,
-                self.wi_1.weight,
-                b_gate=self.wi_0.bias,
-                b_up=self.wi_1.bias,
-                approximate=approximate,
-            )
-        hidden = self.dropout(hidden)
-        # T5's own rule, kept verbatim in effect: run `wo` in its weight's dtype
-        # (float32 for an 8-bit / half-precision load), but never cast to int8.
-        if (
-            isinstance(self.wo.weight, torch.Tensor)
-            and hidden.dtype != self.wo.weight.dtype
-            and self.wo.weight.dtype != torch.int8
-        ):
-            hidden = hidden.to(self.wo.weight.dtype)
-        return self.wo(hidden)
+        return _gated_gelu_mlp(hidden_states, self.wi_0, self.wi_1, self.wo, self.act, self.dropout)
 
 
 class BiasGeluIntermediate(nn.Module):
     """BERT-style `intermediate_act_fn(dense(h))` (`BertIntermediate` and its many
-    copies) as one GEMM with bias and GELU in the epilogue. BERT's "gelu" is the
-    exact erf GELU; the flavour is read from the module's activation."""
+    copies) as one GEMM with bias and GELU in the epilogue. Reads `dense` (nn.Linear)
+    and `intermediate_act_fn`; BERT's "gelu" is the exact erf GELU, the flavour is
+    read from the activation."""
 
     has_backward = True
     can_torch_compile = True
 
-    dense: nn.Linear
-    intermediate_act_fn: nn.Module
-
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        approximate = _gelu_approximate(self.intermediate_act_fn)
-        if approximate is None or not _fusable(hidden_states, self.dense):
-            return self.intermediate_act_fn(self.dense(hidden_states))
-        return linear_bias_gelu(hidden_states, self.dense.weight, self.dense.bias, approximate=approximate)
+        act, dense = self.intermediate_act_fn, self.dense
+        approximate = _gelu_approximate(act)
+        operands = None if approximate is None else _linear_operands(hidden_states, dense)
+        if operands is None:
+            return act(dense(hidden_states))
+        ((weight, bias),) = operands
+        return linear_bias_gelu(hidden_states, weight, bias, approximate=approximate)
 
 
 __all__ = [

@@ -3,7 +3,13 @@ decides who computes each call.
 
 Weights are in nn.Linear layout, [out_features, in_features]; x has any number of
 leading dimensions (flattened to [tokens, in_features]). Every function validates
-its arguments once, here, and is differentiable (x, weights, biases, residual).
+its arguments once and is differentiable (x, weights, biases, residual).
+
+On a compiled variant geglu_mlp and linear_bias_gelu are one native op call each
+(`_geglu_mlp`: torch-ext/geglu_mlp.cpp, `_linear_bias_gelu`: torch-ext/linear_bias_gelu.cpp),
+which check the arguments (torch-ext/gemm_checks.h: the messages of _checks.py) and
+pick the kernels in C++; what follows is the Python route they replace, which the
+noarch (Triton-only) variant, tensor subclasses and torch.compile with gradients take.
 
 Routes (why each one wins, with the measurements: docs/DESIGN.md):
 
@@ -18,10 +24,9 @@ Routes (why each one wins, with the measurements: docs/DESIGN.md):
                        otherwise `_composed_gate_up`: torch's GEMMs, then the package's
                        differentiable geglu.
     geglu_mlp          geglu_linear's routes, then the down projection on cuBLAS with its
-                       bias and the residual (`_down_proj`). Eager training on a compiled
-                       variant runs as one compiled op, `_geglu_mlp_cublas`
-                       (torch-ext/geglu_mlp.cpp): the same computation with no Python
-                       between its kernels.
+                       bias and the residual (`_down_proj`). The native op takes the same
+                       routes in C++ (the Hopper engine where it serves, else cuBLAS and
+                       the geglu kernel) and trains through a C++ autograd node.
 
 Merged gate/up weight: w_up=None means w_gate is [2*hidden, in] with the gate rows
 first (a fused gate_up_proj), read in place; its bias is then either merged (b_gate
@@ -35,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_approximate, check_gate_up, check_linear_operand, check_vector, check_x
-from ._fastpath import all_plain, direct_call_ok
+from ._fastpath import PLAIN_TYPES, all_plain, direct_call_ok
 from ._ops import add_op_namespace_prefix, ops
 from .activation import NATIVE_DEVICE_TYPES, _geglu, _geglu_merged
 
@@ -201,29 +206,38 @@ def _down_proj(h: Tensor, w_down: Tensor, b_down: Optional[Tensor], residual: Op
     return F.linear(h, w_down, b_down).add_(residual)
 
 
-# Compiled variants carry the training MLP as one op (torch-ext/geglu_mlp.cpp).
-_NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "_geglu_mlp_cublas") else frozenset()
+# Compiled variants carry the per-layer native ops (torch-ext/geglu_mlp.cpp,
+# torch-ext/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
+_NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "_geglu_mlp") else frozenset()
+
+
+def _geglu_mlp_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
+    """Shapes of _geglu_mlp under torch.compile / fake tensors, checked as the C++ op checks
+    (so a bad call fails at trace time with the same message)."""
+    _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+    return x.new_empty((*x.shape[:-1], w_down.shape[0]))
+
 
 if _NATIVE_MLP_DEVICE_TYPES:
     try:
-        torch.library.register_fake(
-            add_op_namespace_prefix("_geglu_mlp_cublas"),
-            lambda x, w_gate, w_up, w_down, *rest: x.new_empty((x.shape[0], w_down.shape[0])),
-        )
+        torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp"), _geglu_mlp_fake)
     except RuntimeError:  # a second import of the same build: registered by the first
         pass
 
 
-def _native_training_mlp(x: Tensor, w_gate: Tensor, w_down: Tensor, *tensors) -> bool:
-    """Whether a training call of geglu_mlp runs as the compiled op: its device has the
-    native module (the arguments were checked to share x's device), the problem is not
-    empty, and nothing needs the Python route (compile tracing, tensor subclasses)."""
-    return (
-        x.device.type in _NATIVE_MLP_DEVICE_TYPES
-        and 0 not in (x.shape[0], x.shape[1], w_gate.shape[0], w_down.shape[0])
-        and not torch.compiler.is_compiling()
-        and all_plain(x, w_gate, w_down, *tensors)
-    )
+def _native_call(x, tensors, approximate: str) -> bool:
+    """Whether a call runs as the native op, which checks its own arguments: x's device
+    has one, every argument is a plain tensor (or None: anything else takes the Python
+    route, whose checks name it), and a call that needs gradients is not being traced by
+    torch.compile (the compiler differentiates the composition instead: the native
+    autograd node would hide the backward's kernels from it) and is not empty."""
+    if type(x) not in PLAIN_TYPES or x.device.type not in _NATIVE_MLP_DEVICE_TYPES or type(approximate) is not str:
+        return False
+    if not all_plain(*tensors):
+        return False
+    if _needs_grad(x, *tensors):
+        return not torch.compiler.is_compiling() and x.numel() > 0
+    return True
 
 
 # --------------------------------------------------------------------------- public API
@@ -245,6 +259,8 @@ def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, a
 
     approximate: "tanh" (gelu_pytorch_tanh / gelu_new) or "none" (exact erf GELU).
     x: [..., in]; weight: [out, in]; bias: [out] or None. Returns [..., out]."""
+    if _native_call(x, (weight, bias), approximate):
+        return ops._linear_bias_gelu(x, weight, bias, approximate)
     check_x(x)
     check_linear_operand("weight", weight, x, x.shape[-1])
     check_vector("bias", bias, x, weight.shape[0])
@@ -307,23 +323,30 @@ def geglu_mlp(
 
     Training saves x, the pre-activations [gate | up] and h = gelu(gate) * up, the down
     GEMM's input: 3*tokens*hidden elements against eager's 4."""
-    check_x(x)
     if biases is None:
         biases = (None, None, None)
     if not isinstance(biases, (tuple, list)) or len(biases) != 3:
         raise TypeError(f"biases must be None or a tuple (b_gate, b_up, b_down), got {biases!r}")
     b_gate, b_up, b_down = biases
+    return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+
+
+def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
+    """geglu_mlp with the biases as arguments: the layers' entry (no tuple to build)."""
+    if _native_call(x, (w_gate, w_up, w_down, b_gate, b_up, b_down, residual), approximate):
+        return ops._geglu_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+    _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+    x2 = _flatten_tokens(x)
+    res = None if residual is None else _flatten_tokens(residual)
+    y = _down_proj(_gate_up(x2, w_gate, w_up, b_gate, b_up, approximate), w_down, b_down, res)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], w_down.shape[0])
+
+
+def _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> None:
+    """geglu_mlp's checks (the native op's, torch-ext/gemm_checks.h, say the same)."""
+    check_x(x)
     hidden = check_gate_up(x, w_gate, w_up, b_gate, b_up)
     check_linear_operand("w_down", w_down, x, hidden)
     check_vector("b_down", b_down, x, w_down.shape[0])
-    out_shape = (*x.shape[:-1], w_down.shape[0])
-    check_vector("residual", residual, x, out_shape)
+    check_vector("residual", residual, x, (*x.shape[:-1], w_down.shape[0]))
     check_approximate("approximate", approximate)
-    x2 = _flatten_tokens(x)
-    res = None if residual is None else _flatten_tokens(residual)
-    tensors = (w_up, b_gate, b_up, b_down, res)
-    if _needs_grad(x, w_gate, w_down, *tensors) and _native_training_mlp(x2, w_gate, w_down, *tensors):
-        y = ops._geglu_mlp_cublas(x2, w_gate, w_up, w_down, b_gate, b_up, b_down, res, approximate)
-    else:
-        y = _down_proj(_gate_up(x2, w_gate, w_up, b_gate, b_up, approximate), w_down, b_down, res)
-    return y if x.dim() == 2 else y.reshape(out_shape)

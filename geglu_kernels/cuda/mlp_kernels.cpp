@@ -1,0 +1,65 @@
+// The fused inference GEMMs of _geglu_mlp (torch_binding.h) on CUDA: which kernel takes
+// a call, decided on the host from shapes, dtype, alignment and the device alone (no
+// data, no sync: the same choice is replayed under CUDA-graph capture).
+//
+// fused_gate_up: the Hopper GEMM engine (geglu_gemm_sm90.cu) on sm_90 for bf16/fp16
+//   with 16-byte aligned rows, at every token count; elsewhere none (the op runs cuBLAS
+//   writing [gate | up], then the geglu kernel).
+// fused_linear: none (cuBLAS with the bias and residual in its epilogue).
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "geglu_gemm_sm90.h"
+#include "torch_binding.h"
+
+namespace {
+
+bool aligned16(const at::Tensor &t) {
+  const int64_t elems = 16 / t.element_size();
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(1) == 1 && t.stride(0) % elems == 0 &&
+         t.size(1) % elems == 0;
+}
+
+bool is_sm90(const at::Tensor &t) {
+  const cudaDeviceProp *prop = at::cuda::getDeviceProperties(t.device().index());
+  return prop->major == 9 && prop->minor == 0;
+}
+
+// The engine's rules (geglu_gemm_sm90.h), checked before anything is allocated.
+bool sm90_serves(const at::Tensor &x, const at::Tensor &w_gate, const at::Tensor &w_up,
+                 const c10::optional<at::Tensor> &b_gate, const c10::optional<at::Tensor> &b_up) {
+  const auto dtype = x.scalar_type();
+  if (dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  if (w_gate.stride(0) != w_up.stride(0) || w_gate.size(0) % 8 != 0) return false;  // out rows 16-byte aligned
+  constexpr int64_t kMax = (int64_t(1) << 31) - 1;  // the engine's int32 problem sizes
+  if (x.size(0) > kMax || x.size(1) > kMax || 2 * w_gate.size(0) > kMax) return false;
+  for (const auto *b : {&b_gate, &b_up}) {
+    if (b->has_value() && !(*b)->is_contiguous()) return false;
+  }
+  return aligned16(x) && aligned16(w_gate) && aligned16(w_up) && is_sm90(x);
+}
+
+}  // namespace
+
+torch::Tensor fused_gate_up(torch::Tensor const &x, torch::Tensor const &w_gate, torch::Tensor const &w_up,
+                            c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
+                            bool tanh) {
+  if (!sm90_serves(x, w_gate, w_up, b_gate, b_up)) return {};
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0);
+  at::Tensor out = at::empty({m, hidden}, x.options());
+  const int status = geglu_gemm_sm90(
+      x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(), w_gate.stride(0),
+      b_gate.has_value() ? b_gate->data_ptr() : nullptr, b_up.has_value() ? b_up->data_ptr() : nullptr,
+      out.data_ptr(), hidden, out.stride(0), x.scalar_type() == at::kBFloat16 ? GEGLU_SM90_BF16 : GEGLU_SM90_FP16,
+      tanh, /*config=*/-1, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(status == GEGLU_SM90_OK, "_geglu_mlp: the sm90 GEMM engine refused the call: ",
+              geglu_gemm_sm90_status_string(status));
+  return out;
+}
+
+torch::Tensor fused_linear(torch::Tensor const &, torch::Tensor const &, c10::optional<torch::Tensor> const &,
+                           c10::optional<torch::Tensor> const &) {
+  return {};
+}
