@@ -520,11 +520,11 @@ def measure_generate(name, models, built, prompt, args, device, cache) -> dict:
     rates = {row: [] for row in active}
     tokens, in_rounds = {}, {row: None for row in active}
     with phase(args, f"{where} {args.rounds} rounds x {len(active)} rows"):
-        for rnd in range(args.rounds):
+        for rnd in range(args.rounds if active else 0):
             if rnd > 0 and over_budget(args):
                 log(f"{where}: time budget spent after {rnd} rounds")
                 break
-            order = active[rnd % len(active) :] + active[: rnd % len(active)] if active else []
+            order = active[rnd % len(active) :] + active[: rnd % len(active)]  # rotated each round
             for row in order:
                 if "error" in results[row]:
                     continue
@@ -682,7 +682,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gen-prompt", type=int, default=128, help="generate(): prompt tokens")
     ap.add_argument("--gen-batches", default="1,8", help="generate(): comma list of batch sizes")
     ap.add_argument("--gen-caches", default=",".join(GEN_CACHES), help=f"generate(): comma list of {GEN_CACHES}")
-    ap.add_argument("--rounds", type=int, default=3, help="generate(): interleaved timing rounds")
+    ap.add_argument("--rounds", type=int, help="generate(): interleaved timing rounds (default 3; --tiny: 1)")
     ap.add_argument(
         "--compile-backend", help="torch.compile backend of the compiled rows (default inductor; --tiny: eager)"
     )
@@ -713,10 +713,12 @@ def main(argv=None) -> int:
         sizes = {"tiny": TINY}
         args.vocab, args.prefill, args.batch, args.context = 128, 64, 4, 16
         args.warmup, args.iters, args.decode_steps, args.reps = 2, 2, 4, 1
-        args.gen_tokens, args.gen_prompt, args.rounds = 8, 16, 1
+        args.gen_tokens, args.gen_prompt = 8, 16
+        args.rounds = args.rounds or 1
         args.layers = args.layers or 2
         args.compile_backend = args.compile_backend or "eager"  # dynamo only: seconds, not minutes
     args.layers = args.layers or 8
+    args.rounds = args.rounds or 3
     args.compile_backend = args.compile_backend or "inductor"
     device = args.device
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -730,16 +732,23 @@ def main(argv=None) -> int:
         "models": {},
         "generate": {},
     }
-    for name, size in sizes.items():
-        with phase(args, f"{name} build"):
-            base = build_model(size, args.layers, args.vocab, device, dtype)
-        if "generate" in args.modes:
-            report["generate"][name] = run_generate(name, base, args, device)
+    # generate() first, for every size: what --time-budget leaves out is the older
+    # prefill / decode-step rows.
+    for run, wanted in ((run_generate, "generate" in args.modes), (run_steps, bool(args.step_modes))):
+        for name, size in sizes.items():
+            if not wanted:
+                continue
+            key = "generate" if run is run_generate else "models"
+            if over_budget(args):
+                why = {"skipped": f"time budget of {args.time_budget:.0f} s spent"}
+                report[key][name] = {k: dict(why) for k in (args.gen_caches if key == "generate" else args.rows)}
+                log(f"{name} {key}: {why['skipped']}")
+                continue
+            with phase(args, f"{name} build"):
+                base = build_model(size, args.layers, args.vocab, device, dtype)
+            report[key][name] = run(name, base, args, device)
+            del base
             free_memory(device)
-        if args.step_modes:
-            report["models"][name] = run_steps(name, base, args, device)
-        del base
-        free_memory(device)
     report["seconds"] = round(elapsed(args), 1)
 
     text = json.dumps(report, indent=2, default=str)
