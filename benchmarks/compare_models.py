@@ -42,8 +42,8 @@ what has not started by then (reported as skipped).
     python benchmarks/compare_models.py --mode generate --rounds 5
     python benchmarks/compare_models.py --device cpu --tiny      # smoke test of the script
 
-Prints a table last; JSON (device, versions, date) to $OUT/models_bench.json (when OUT
-is set) and to benchmarks/results/models_<device>.json.
+Prints a table last; JSON (device, versions, date) to $OUT/models_bench[_TAG].json (when
+OUT is set) and to benchmarks/results/models_<device>[_TAG].json (--tag TAG).
 """
 
 import argparse
@@ -691,6 +691,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--time-budget", type=float, default=400, help="seconds; phases not started by then are skipped"
     )
+    ap.add_argument("--tag", default="", help="suffix of the JSON files' names (split runs do not overwrite)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     args.start = time.time()
@@ -754,10 +755,11 @@ def main(argv=None) -> int:
     text = json.dumps(report, indent=2, default=str)
     results = REPO / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
+    tag = f"_{args.tag}" if args.tag else ""
     if not args.tiny:
-        (results / f"models_{device_short(device)}.json").write_text(text + "\n")
+        (results / f"models_{device_short(device)}{tag}.json").write_text(text + "\n")
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "models_bench.json").write_text(text + "\n")
+        Path(os.environ["OUT"], f"models_bench{tag}.json").write_text(text + "\n")
     print()
     print(f"{report['device']}, {report['dtype']}, {args.layers} decoder layers, vocab {args.vocab}, {report['date']}")
     if report["models"]:

@@ -308,9 +308,11 @@ def test_compile_log_attributes_a_break_in_our_layer_to_geglu(kernel, monkeypatc
 
     for n in names:
         monkeypatch.setattr(kernel.layers, n, breaking(getattr(kernel.layers, n)))
-    mlp = GemmaMLP(GemmaConfig(hidden_size=64, intermediate_size=128)).eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the device `kernel` serves
+    mlp = GemmaMLP(GemmaConfig(hidden_size=64, intermediate_size=128)).to(device).eval()
+    x = torch.randn(3, 64, device=device)
     torch._dynamo.reset()
     with compile_log() as log, torch.no_grad():
-        torch.compile(lambda x: kernel.layers.GeGLUMLP.forward(mlp, x), backend="eager")(torch.randn(3, 64))
+        torch.compile(lambda x: kernel.layers.GeGLUMLP.forward(mlp, x), backend="eager")(x)
     assert mentioning(log.graph_breaks, geglu_markers(kernel)), log.messages
     torch._dynamo.reset()
