@@ -629,6 +629,10 @@ def generate_table(report: dict) -> str:
                         warn = "  ! compiled/skipped cudagraphs in timed rounds"
                     if cache == "static" and r.get("compiled_by_generate") is False:
                         warn += "  ! generate() did not compile"
+                    warm = r.get("warmup") or {}
+                    for key in ("graph_breaks", "cudagraph_skips"):
+                        if warm.get(key):
+                            warn += f"  ! {warm[key]} {key.replace('_', ' ')} (JSON: reasons)"
                     if "error" in r:
                         warn += "  ! " + r["error"][:60]
                     t_range = f"({t['min']:,.1f} - {t['max']:,.1f})"
