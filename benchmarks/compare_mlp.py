@@ -15,7 +15,7 @@ first, against torch._addmm_activation(bias, x, w.t(), use_gelu=True) (cuBLASLt
 bias+GELU epilogue, what our tanh path calls without gradients) and eager
 F.gelu(F.linear(...)) = cuBLAS + a GELU pass, for tanh and for exact GELU. Training step
 (forward + backward for x and all weights) at the blog shape against eager autograd,
-torch.compile and Liger: ours (on a compiled variant: the compiled op _geglu_mlp_cublas,
+torch.compile and Liger: ours (on a compiled variant: the native op _geglu_mlp,
 cuBLAS gate/up GEMMs + elementwise GeGLU saving gate/up and h, cuBLAS grad @ w_down +
 elementwise GeGLU backward) and ours_composed (autograd over F.linear + the package's
 geglu + F.linear: what variants without the compiled op, and torch.compile, run).
