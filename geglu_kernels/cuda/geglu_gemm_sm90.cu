@@ -2,7 +2,9 @@
 // See geglu_gemm_sm90.cuh for the design and geglu_gemm_sm90.h for the ABI.
 //
 // Build: nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 --expt-relaxed-constexpr
-//        -O3 -DNDEBUG -I<cutlass>/include (tools/sm90_gemm/build.sh).
+//        -O3 -DNDEBUG -I<cutlass>/include (tools/build.py; standalone: LEAN=1
+//        tools/sm90_gemm/build.sh). The tuning build, tools/sm90_gemm/build.sh, compiles
+//        tools/sm90_gemm/geglu_gemm_sm90_tuning.cu, which adds variants and includes this file.
 
 #include "geglu_gemm_sm90.h"
 
@@ -59,7 +61,9 @@ struct LaunchArgs {
   int approximate;
   int swizzle;  // tile scheduler max_swizzle_size (1, 2, 4, 8)
   int raster;   // 0 heuristic, 1 along M, 2 along N
-  int nostore;  // development: skip the output stores (times the rest)
+#ifdef GEGLU_SM90_TUNING_VARIANTS
+  int nostore;  // tuning build only: skip the output stores (times the rest)
+#endif
 };
 
 inline bool same_args(LaunchArgs const& a, LaunchArgs const& b) {
@@ -155,7 +159,9 @@ struct Runner {
       ep.bias_g = static_cast<Element const*>(a.bg);
       ep.bias_u = static_cast<Element const*>(a.bu);
       ep.approximate = a.approximate;
+#ifdef GEGLU_SM90_TUNING_VARIANTS
       ep.debug_nostore = a.nostore;
+#endif
       args.hw_info.device_id = device;
       args.hw_info.sm_count = sm_count;
       args.scheduler.max_swizzle_size = a.swizzle;
@@ -201,46 +207,34 @@ struct Runner {
 using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 
-// The variants: X(id, core, name, BM, BN, schedule, cluster M[, cluster N]).
-// BN = output columns per tile; the wgmma N is 2*BN. Only the `core` ones (those the
-// shape pick uses) are compiled unless GEGLU_SM90_ALL_CONFIGS is defined (tuning builds,
-// tools/sm90_gemm/build.sh); the others then answer GEGLU_SM90_ERR_NOT_BUILT.
-#define GEGLU_SM90_CONFIGS(X)                                                                  \
-  X(0, 0, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1)          \
-  X(1, 1, "pingpong_64x(2x128)x64_c1", 64, 128, KernelTmaWarpSpecializedPingpong, 1)           \
-  X(2, 0, "pingpong_128x(2x64)x64_c1", 128, 64, KernelTmaWarpSpecializedPingpong, 1)           \
-  X(3, 1, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2)          \
-  X(4, 0, "coop_256x(2x64)x64_c1", 256, 64, KernelTmaWarpSpecializedCooperative, 1)            \
-  X(5, 0, "pingpong_64x(2x128)x64_c2", 64, 128, KernelTmaWarpSpecializedPingpong, 2)           \
-  X(6, 1, "pingpong_128x(2x64)x64_c2", 128, 64, KernelTmaWarpSpecializedPingpong, 2)           \
-  X(7, 0, "coop_256x(2x64)x64_c2", 256, 64, KernelTmaWarpSpecializedCooperative, 2)            \
-  X(8, 0, "pingpong_128x(2x64)x64_c1x2", 128, 64, KernelTmaWarpSpecializedPingpong, 1, 2)      \
-  X(9, 0, "pingpong_128x(2x64)x64_c2x2", 128, 64, KernelTmaWarpSpecializedPingpong, 2, 2)      \
-  X(10, 0, "coop_128x(2x128)x64_c2x2", 128, 128, KernelTmaWarpSpecializedCooperative, 2, 2)
+// The variants: X(id, name, BM, BN, schedule, cluster M[, cluster N]). BN = output
+// columns per tile; the wgmma N is 2*BN. These three are the ones pick_config uses;
+// the tuning build (tools/sm90_gemm/geglu_gemm_sm90_tuning.cu) defines
+// GEGLU_SM90_TUNING_VARIANTS with more, numbered from 3, and includes this file.
+#define GEGLU_SM90_PRODUCT_VARIANTS(X)                                                         \
+  X(0, "pingpong_64x(2x128)x64_c1", 64, 128, KernelTmaWarpSpecializedPingpong, 1)              \
+  X(1, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2)             \
+  X(2, "pingpong_128x(2x64)x64_c2", 128, 64, KernelTmaWarpSpecializedPingpong, 2)
 
-#ifdef GEGLU_SM90_ALL_CONFIGS
-constexpr bool kAllConfigs = true;
+#ifdef GEGLU_SM90_TUNING_VARIANTS
+#define GEGLU_SM90_VARIANTS(X) GEGLU_SM90_PRODUCT_VARIANTS(X) GEGLU_SM90_TUNING_VARIANTS(X)
 #else
-constexpr bool kAllConfigs = false;
+#define GEGLU_SM90_VARIANTS(X) GEGLU_SM90_PRODUCT_VARIANTS(X)
 #endif
 
-#define GEGLU_SM90_COUNT(id, core, name, bm, bn, sched, ...) +1
-constexpr int kNumConfigs = 0 GEGLU_SM90_CONFIGS(GEGLU_SM90_COUNT);
+#define GEGLU_SM90_COUNT(id, name, bm, bn, sched, ...) +1
+constexpr int kNumConfigs = 0 GEGLU_SM90_VARIANTS(GEGLU_SM90_COUNT);
 
-#define GEGLU_SM90_NAME(id, core, name, bm, bn, sched, ...) name,
-const char* const kConfigNames[] = {GEGLU_SM90_CONFIGS(GEGLU_SM90_NAME)};
+#define GEGLU_SM90_NAME(id, name, bm, bn, sched, ...) name,
+const char* const kConfigNames[] = {GEGLU_SM90_VARIANTS(GEGLU_SM90_NAME)};
 
 template <class Element>
 int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
   switch (config) {
-#define GEGLU_SM90_CASE(id, core, name, bm, bn, sched, ...)                                      \
-  case id:                                                                                       \
-    if constexpr (core || kAllConfigs) {                                                         \
-      return Runner<GegluGemm<Element, bm, bn, sched, __VA_ARGS__>>::run(a, device, sm_count, stream); \
-    } else {                                                                                     \
-      return GEGLU_SM90_ERR_NOT_BUILT;                                                           \
-    }
-    GEGLU_SM90_CONFIGS(GEGLU_SM90_CASE)
+#define GEGLU_SM90_CASE(id, name, bm, bn, sched, ...) \
+  case id:                                            \
+    return Runner<GegluGemm<Element, bm, bn, sched, __VA_ARGS__>>::run(a, device, sm_count, stream);
+    GEGLU_SM90_VARIANTS(GEGLU_SM90_CASE)
 #undef GEGLU_SM90_CASE
     default:
       return GEGLU_SM90_ERR_CONFIG;
@@ -249,18 +243,18 @@ int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStre
 
 // Returns an encoded config (variant | swizzle/raster bits, as in the ABI).
 // Measured on H100 SXM (benchmarks/results/gemm_sm90_h100.log):
-// - M <= 128: pingpong 64x(2x128) (fewest wasted rows, most CTAs along N);
-// - x larger than ~20 MB (gemma7b prefill, 4096 x 3072): cooperative 128x(2x128),
-//   cluster 2 (B multicast), raster along N with swizzle 4 (0x2303; a tie with the
+// - M <= 128: 0, pingpong 64x(2x128) (fewest wasted rows, most CTAs along N);
+// - x larger than ~20 MB (gemma7b prefill, 4096 x 3072): 1, cooperative 128x(2x128),
+//   cluster 2 (B multicast), raster along N with swizzle 4 (0x2301; a tie with the
 //   heuristic raster over three interleaved runs), where pingpong 128x(2x64) lost
 //   15% (L2-bandwidth bound: see tools/sm90_gemm/README.md);
-// - otherwise pingpong 128x(2x64), cluster 2 (epilogue hidden behind the other
+// - otherwise 2, pingpong 128x(2x64), cluster 2 (epilogue hidden behind the other
 //   warpgroup's MMA): blog 8192x768->3072, gemma2b 4096x2048->16384, M 256..2048.
 int pick_config(int64_t M, int64_t K, int64_t H) {
   (void)H;
-  if (M <= 128) return 1;
-  if (double(M) * double(K) * 2.0 > 20e6) return 3 | (3 << 8) | (2 << 12);
-  return 6;
+  if (M <= 128) return 0;
+  if (double(M) * double(K) * 2.0 > 20e6) return 1 | (3 << 8) | (2 << 12);
+  return 2;
 }
 
 }  // namespace geglu_sm90
@@ -278,7 +272,6 @@ const char* geglu_gemm_sm90_status_string(int status) {
     case GEGLU_SM90_ERR_CONFIG: return "config index out of range";
     case GEGLU_SM90_ERR_CUTLASS: return "CUTLASS rejected the problem";
     case GEGLU_SM90_ERR_CUDA: return "CUDA error at launch (geglu_gemm_sm90_last_cuda_error() has the code)";
-    case GEGLU_SM90_ERR_NOT_BUILT: return "kernel variant not compiled in (tuning variants need GEGLU_SM90_ALL_CONFIGS)";
     default: return "unknown status";
   }
 }
@@ -321,8 +314,11 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   const int variant = config & 0xff;
   const int swz_code = (config >> 8) & 0xf;   // 0: 1, else 2^(code-1)
   const int raster = (config >> 12) & 0xf;
-  const int nostore = (config >> 16) & 1;  // undocumented development bit
-  if (variant >= geglu_sm90::kNumConfigs || swz_code > 4 || raster > 2 || (config >> 17) != 0) {
+#ifdef GEGLU_SM90_TUNING_VARIANTS
+  const int nostore = (config >> 16) & 1;  // tuning build only: store nothing
+  config &= ~(1 << 16);
+#endif
+  if (variant >= geglu_sm90::kNumConfigs || swz_code > 4 || raster > 2 || (config >> 16) != 0) {
     return GEGLU_SM90_ERR_CONFIG;
   }
   const int swizzle = swz_code == 0 ? 1 : 1 << (swz_code - 1);
@@ -336,7 +332,11 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   if (info == nullptr || info->major != 9 || info->minor != 0) return GEGLU_SM90_ERR_DEVICE;
 
   geglu_sm90::LaunchArgs a{x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo, approximate ? 1 : 0,
-                           swizzle, raster, nostore};
+                           swizzle, raster,
+#ifdef GEGLU_SM90_TUNING_VARIANTS
+                           nostore
+#endif
+  };
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (dtype == GEGLU_SM90_BF16) {
     return geglu_sm90::dispatch<cutlass::bfloat16_t>(variant, a, device, info->sm_count, s);

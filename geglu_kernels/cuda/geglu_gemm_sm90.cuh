@@ -23,6 +23,9 @@
 // the up value of column n + BN sit in the same thread: gelu(gate + bg) * (up + bu) is
 // formed in float32 in registers, packed to bf16/fp16 pairs, transposed across the
 // quad of threads that shares a row (shuffles) and written 8 columns (16 B) per store.
+//
+// GEGLU_SM90_TUNING_VARIANTS is defined only by the tuning build
+// (tools/sm90_gemm/geglu_gemm_sm90_tuning.cu); it adds the epilogue's no-store switch.
 
 #include <cstdint>
 
@@ -263,7 +266,9 @@ class GegluEpilogue {
     Element const* bias_g = nullptr;  // [H] or null
     Element const* bias_u = nullptr;  // [H] or null
     int approximate = 1;              // 1: tanh form, 0: exact (erf)
-    int debug_nostore = 0;            // development only: compute, store nothing
+#ifdef GEGLU_SM90_TUNING_VARIANTS
+    int debug_nostore = 0;  // tuning build (tools/sm90_gemm) only: compute, store nothing
+#endif
   };
   using Params = Arguments;
 
@@ -403,7 +408,10 @@ class GegluEpilogue {
           // outputs of column block 4q + t, one 16-byte store.
           quad_transpose(p, t);
           const int col = h0 + 8 * (4 * q + t);
-          if (row < M && !params.debug_nostore) {
+#ifdef GEGLU_SM90_TUNING_VARIANTS
+          if (params.debug_nostore) continue;
+#endif
+          if (row < M) {
             Element* dst = out + int64_t(row) * ldo + col;
             if (col + 8 <= H) {
               *reinterpret_cast<uint4*>(dst) = make_uint4(p[0], p[1], p[2], p[3]);

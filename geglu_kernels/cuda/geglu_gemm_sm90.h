@@ -39,18 +39,22 @@ enum {
   GEGLU_SM90_ERR_DEVICE = 5,      // current device is not compute capability 9.0 (or not queryable)
   GEGLU_SM90_ERR_CONFIG = 6,      // config index out of range
   GEGLU_SM90_ERR_CUTLASS = 7,     // CUTLASS rejected the problem (can_implement / initialize)
-  GEGLU_SM90_ERR_CUDA = 8,        // a CUDA call failed (attribute, launch): geglu_gemm_sm90_last_cuda_error()
-  GEGLU_SM90_ERR_NOT_BUILT = 9    // config names a tuning variant not compiled in (GEGLU_SM90_ALL_CONFIGS)
+  GEGLU_SM90_ERR_CUDA = 8         // a CUDA call failed (attribute, launch): geglu_gemm_sm90_last_cuda_error()
 };
 
 enum { GEGLU_SM90_BF16 = 0, GEGLU_SM90_FP16 = 1 };
 
 // b_gate / b_up: [H] of the same dtype, contiguous, or NULL (no bias); either may be
 // given alone. approximate: nonzero = tanh form, 0 = exact (erf).
-// config: -1 picks the kernel variant by shape. Otherwise (for tuning and tests) bits
-// 0-7 name the variant, 0 .. geglu_gemm_sm90_num_configs()-1; bits 8-11 the tile
-// scheduler's swizzle (0: 1, c: 2^(c-1), c <= 4); bits 12-15 the raster order
-// (0 heuristic, 1 along M, 2 along N); higher bits 0.
+// config: -1 picks the kernel variant by shape (what the op _geglu_linear_sm90 passes).
+// Otherwise (tuning) bits 0-7 name the variant, 0 .. geglu_gemm_sm90_num_configs()-1;
+// bits 8-11 the tile scheduler's swizzle (0: 1, c: 2^(c-1), c <= 4); bits 12-15 the
+// raster order (0 heuristic, 1 along M, 2 along N); higher bits 0.
+// The library built from geglu_gemm_sm90.cu has the three variants the pick uses:
+// 0 pingpong 64x(2x128) cluster 1, 1 cooperative 128x(2x128) cluster 2, 2 pingpong
+// 128x(2x64) cluster 2. The tuning build (tools/sm90_gemm/build.sh) exports this same
+// ABI with those three under the same numbers and its tuning variants from 3 on (and
+// bit 16: store nothing, for timing the rest).
 int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                     const void* w_gate, const void* w_up, int64_t ldw,
                     const void* b_gate, const void* b_up,
@@ -64,7 +68,8 @@ const char* geglu_gemm_sm90_status_string(int status);
 // clears it from the CUDA runtime's last-error slot).
 int geglu_gemm_sm90_last_cuda_error(void);
 
-// Kernel variants (schedule and tile) that `config` may name.
+// Kernel variants (schedule, tile, cluster) that `config` may name: their number and
+// names ("" out of range).
 int geglu_gemm_sm90_num_configs(void);
 const char* geglu_gemm_sm90_config_name(int config);
 

@@ -2,8 +2,9 @@
 `_geglu_linear_sm90`, on an sm_90 GPU only: gelu(x @ w_gate.T + b_gate) * (x @ w_up.T +
 b_up) against a float64 reference over a grid of token counts and sizes (tails of every
 tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
-weights; > 2^31-element operands; the refusals (clear errors, never a wrong answer);
-and the route linear.py takes to it.
+weights; each of the three kernel variants the engine compiles, at the edges of the
+shape pick that chooses them; > 2^31-element operands; the refusals (clear errors,
+never a wrong answer); and the route linear.py takes to it.
 
 The op allocates its result: before each call the allocator is handed a NaN-filled
 block of the same size, which it usually gives back, so unwritten elements show.
@@ -83,6 +84,30 @@ def test_grid_against_float64(sm90, m, kn, dtype):
     y = sm90(x, wg, wu, bg, bu, approximate)
     assert y.shape == (m, n) and y.dtype == dtype
     assert_close(y, reference(x, wg, wu, bg, bu, approximate), dtype, k)
+
+
+# The engine's kernel variants and a shape on each side of the edges of the shape pick
+# that chooses them (pick_config, geglu_gemm_sm90.cu): M <= 128; x (M*K*2 bytes) > 20 MB;
+# the rest. The tuning-only variants are checked by tools/sm90_gemm/check_and_bench.py.
+PICKED_VARIANTS = {
+    "0-pingpong_64x(2x128)_c1": [(1, 1024, 1000), (128, 1024, 1000)],
+    "1-coop_128x(2x128)_c2": [(3256, 3072, 1000), (4096, 3072, 1000)],
+    "2-pingpong_128x(2x64)_c2": [(129, 1024, 1000), (3255, 3072, 1000)],
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", PICKED_VARIANTS)
+def test_each_kernel_variant(sm90, variant, dtype):
+    for i, (m, k, n) in enumerate(PICKED_VARIANTS[variant]):
+        approximate, (has_bg, has_bu), merged = case_options(i + DTYPES.index(dtype) * 2)
+        x = rand((m, k), dtype, 71 + i)
+        w = rand((2 * n, k), dtype, 72 + i, scale=k**-0.5)
+        wg, wu = (w[:n], w[n:]) if merged else (w[:n].clone(), w[n:].clone())
+        bg = rand((n,), dtype, 73) if has_bg else None
+        bu = rand((n,), dtype, 74) if has_bu else None
+        poison_allocator(m, n, dtype)
+        assert_close(sm90(x, wg, wu, bg, bu, approximate), reference(x, wg, wu, bg, bu, approximate), dtype, k)
 
 
 @pytest.mark.parametrize("approximate", ["tanh", "none"])

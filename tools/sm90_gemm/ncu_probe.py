@@ -2,7 +2,7 @@
 
     ncu --clock-control none -k regex:'device_kernel|gemm|nvjet|xmma' --section SpeedOfLight \
         --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum \
-        python tools/sm90_gemm/ncu_probe.py --shape gemma7b --configs 3,6
+        python tools/sm90_gemm/ncu_probe.py --shape gemma7b --configs 1,2
 
 Launch order: cuBLAS merged torch.mm, then each config (tanh, no bias).
 """
@@ -20,7 +20,7 @@ from check_and_bench import SHAPES, Lib, ROOT, make_inputs  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="gemma7b")
-    ap.add_argument("--configs", default="3,6")
+    ap.add_argument("--configs", default="1,2")
     ap.add_argument("--lib", default=os.path.join(ROOT, ".sm90dev", "libgeglu_gemm_sm90.so"))
     a = ap.parse_args()
     lib = Lib(a.lib)
