@@ -9,9 +9,8 @@
 //
 // Inference (no input needs a gradient, or below autograd): the gate/up GEMM with the
 // GeGLU fused in, where the backend has a kernel for the call (fused_gate_up: the
-// Hopper engine, the decode kernels), else torch's GEMM writing [gate | up] and the
-// geglu op; then the down GEMM (fused_linear where the backend has one, else torch's,
-// with b_down and the residual in it).
+// Hopper engine on sm_90), else torch's GEMM writing [gate | up] and the geglu op; then
+// the down GEMM on torch's (cuBLAS), with b_down and the residual in it.
 //
 // Training: a C++ autograd node (GegluMlp below). Saved for backward: x, the weights,
 // the pre-activations [gate | up] ([M, 2*hidden]) and h = gelu(gate) * up ([M, hidden]);
@@ -248,13 +247,7 @@ at::Tensor inference(const Problem &p, const at::Tensor &w_gate, const OptTensor
                      const OptTensor &b_gate, const OptTensor &b_up, const OptTensor &b_down,
                      std::string_view approximate) {
   at::Tensor h = inference_gate_up(p.x, w_gate, opt(w_up), opt(b_gate), opt(b_up), approximate, p.tanh);
-  at::Tensor y;
-  if (h.size(0) > 0 && h.size(1) > 0 && w_down.size(0) > 0) {
-    y = fused_linear(h, w_down, b_down,
-                     p.residual.defined() ? c10::optional<at::Tensor>(p.residual) : c10::nullopt);
-  }
-  if (!y.defined()) y = down(h, w_down, opt(b_down), p.residual);
-  return y.view(p.out_shape);
+  return down(h, w_down, opt(b_down), p.residual).view(p.out_shape);
 }
 
 bool any_requires_grad(std::initializer_list<const at::Tensor *> ts, std::initializer_list<const OptTensor *> opts) {

@@ -38,11 +38,6 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("_geglu_linear_sm90(Tensor x, Tensor w_gate, Tensor w_up, Tensor? b_gate, Tensor? b_up, "
           "str approximate) -> Tensor");
   ops.impl("_geglu_linear_sm90", device, &geglu_linear_sm90);
-  ops.def("_geglu_decode_gate_up(Tensor x, Tensor w_gate, Tensor w_up, Tensor? b_gate, Tensor? b_up, "
-          "str approximate) -> Tensor");
-  ops.impl("_geglu_decode_gate_up", device, &geglu_decode_gate_up);
-  ops.def("_geglu_decode_linear(Tensor h, Tensor w, Tensor? bias, Tensor? residual) -> Tensor");
-  ops.impl("_geglu_decode_linear", device, &geglu_decode_linear);
 #endif
 }
 

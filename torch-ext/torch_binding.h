@@ -43,17 +43,14 @@ torch::Tensor geglu_mlp_autograd(torch::Tensor const &x, torch::Tensor const &w_
 torch::Tensor linear_bias_gelu(torch::Tensor const &x, torch::Tensor const &weight,
                                c10::optional<torch::Tensor> const &bias, std::string_view approximate);
 
-// The inference GEMMs _geglu_mlp asks the backend to fuse. Each returns a new tensor, or
-// an undefined one where the backend has no kernel for this call (the op then runs
-// torch's GEMMs). Arguments are checked by the caller; x and h are [M, K] with M, K > 0.
-//   fused_gate_up: gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up), [M, hidden];
-//                  w_gate and w_up [hidden, K] (they may be two halves of one tensor).
-//   fused_linear:  h @ w.T + bias + residual, [M, N]; residual [M, N].
+// The inference gate/up GEMM _geglu_mlp asks the backend to fuse:
+// gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up) as a new [M, hidden] tensor, or an
+// undefined one where the backend has no kernel for this call (the op then runs torch's
+// GEMM and the geglu kernel). Arguments are checked by the caller; x is [M, K] with
+// M, K > 0; w_gate and w_up [hidden, K] (they may be two halves of one tensor).
 torch::Tensor fused_gate_up(torch::Tensor const &x, torch::Tensor const &w_gate, torch::Tensor const &w_up,
                             c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
                             bool tanh);
-torch::Tensor fused_linear(torch::Tensor const &h, torch::Tensor const &w, c10::optional<torch::Tensor> const &bias,
-                           c10::optional<torch::Tensor> const &residual);
 
 // CUDA only: the Hopper GEMM engine with the GeGLU in its epilogue
 // (geglu_kernels/cuda/geglu_linear_sm90.cpp); x [M, K], weights [hidden, K].
@@ -61,11 +58,3 @@ torch::Tensor geglu_linear_sm90(torch::Tensor const &x, torch::Tensor const &w_g
                                 c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
                                 std::string_view approximate);
 
-// CUDA only: the small-M ("decode", M <= 64) kernels (geglu_kernels/cuda/geglu_decode.cu):
-// gate/up with the GeGLU epilogue, and the down GEMM with bias and residual.
-torch::Tensor geglu_decode_gate_up(torch::Tensor const &x, torch::Tensor const &w_gate, torch::Tensor const &w_up,
-                                   c10::optional<torch::Tensor> const &b_gate,
-                                   c10::optional<torch::Tensor> const &b_up, std::string_view approximate);
-torch::Tensor geglu_decode_linear(torch::Tensor const &h, torch::Tensor const &w,
-                                  c10::optional<torch::Tensor> const &bias,
-                                  c10::optional<torch::Tensor> const &residual);

@@ -1,4 +1,4 @@
-// The fused inference GEMMs of _geglu_mlp (torch_binding.h) on CPU: none. ATen's GEMMs
+// The fused inference gate/up GEMM of _geglu_mlp (torch_binding.h) on CPU: none. ATen's GEMMs
 // (oneDNN / MKL) with the geglu kernel between them serve every CPU call, and a fused
 // CPU GEMM would have to beat them first.
 
@@ -6,10 +6,5 @@
 
 torch::Tensor fused_gate_up(torch::Tensor const &, torch::Tensor const &, torch::Tensor const &,
                             c10::optional<torch::Tensor> const &, c10::optional<torch::Tensor> const &, bool) {
-  return {};
-}
-
-torch::Tensor fused_linear(torch::Tensor const &, torch::Tensor const &, c10::optional<torch::Tensor> const &,
-                           c10::optional<torch::Tensor> const &) {
   return {};
 }

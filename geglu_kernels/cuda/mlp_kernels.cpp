@@ -1,18 +1,12 @@
-// The fused inference GEMMs of _geglu_mlp (torch_binding.h) on CUDA: which kernel takes
-// a call, decided on the host from shapes, dtype, alignment and the device alone (no
-// data, no sync: the same choice is replayed under CUDA-graph capture).
-//
-// fused_gate_up: a few tokens (geglu_decode::serves: the measured crossover): the decode
-//   kernels (geglu_decode.cu), any sm_80+ GPU; otherwise the Hopper GEMM engine
-//   (geglu_gemm_sm90.cu) on sm_90; both bf16/fp16 with 16-byte aligned rows. Elsewhere
-//   none (the op runs cuBLAS writing [gate | up], then the geglu kernel).
-// fused_linear: the decode kernel where it serves; otherwise none (cuBLAS, with the
-//   bias and residual in its epilogue).
+// The fused inference gate/up GEMM of _geglu_mlp (torch_binding.h) on CUDA: the Hopper
+// GEMM engine (geglu_gemm_sm90.cu) on sm_90 for bf16/fp16 with 16-byte aligned rows, at
+// every token count; elsewhere none (the op runs cuBLAS writing [gate | up], then the
+// geglu kernel). Decided on the host from shapes, dtype, alignment and the device alone
+// (no data, no sync: the same choice is replayed under CUDA-graph capture).
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "geglu_decode.h"
 #include "geglu_gemm_sm90.h"
 #include "torch_binding.h"
 
@@ -43,24 +37,11 @@ bool sm90_serves(const at::Tensor &x, const at::Tensor &w_gate, const at::Tensor
   return aligned16(x) && aligned16(w_gate) && aligned16(w_up) && is_sm90(x);
 }
 
-bool contiguous_or_none(const c10::optional<at::Tensor> &t) { return !t.has_value() || t->is_contiguous(); }
-
-// The decode kernels' rules (geglu_decode.h) for x [M, K] against a weight of n_out
-// rows read in all.
-bool decode_serves(const at::Tensor &x, const at::Tensor &w, int64_t n_out) {
-  return geglu_decode::serves(x.size(0), x.size(1), n_out, x.scalar_type()) && geglu_decode::aligned16(x) &&
-         geglu_decode::aligned16(w);
-}
-
 }  // namespace
 
 torch::Tensor fused_gate_up(torch::Tensor const &x, torch::Tensor const &w_gate, torch::Tensor const &w_up,
                             c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
                             bool tanh) {
-  if (decode_serves(x, w_gate, 2 * w_gate.size(0)) && geglu_decode::aligned16(w_up) &&
-      w_gate.stride(0) == w_up.stride(0) && contiguous_or_none(b_gate) && contiguous_or_none(b_up)) {
-    return geglu_decode::gate_up(x, w_gate, w_up, b_gate, b_up, tanh);
-  }
   if (!sm90_serves(x, w_gate, w_up, b_gate, b_up)) return {};
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0);
@@ -73,11 +54,4 @@ torch::Tensor fused_gate_up(torch::Tensor const &x, torch::Tensor const &w_gate,
   TORCH_CHECK(status == GEGLU_SM90_OK, "_geglu_mlp: the sm90 GEMM engine refused the call: ",
               geglu_gemm_sm90_status_string(status));
   return out;
-}
-
-torch::Tensor fused_linear(torch::Tensor const &h, torch::Tensor const &w, c10::optional<torch::Tensor> const &bias,
-                           c10::optional<torch::Tensor> const &residual) {
-  if (!decode_serves(h, w, w.size(0)) || !contiguous_or_none(bias)) return {};
-  if (residual.has_value() && residual->size(1) > 1 && residual->stride(1) != 1) return {};
-  return geglu_decode::linear(h, w, bias, residual);
 }
