@@ -207,3 +207,31 @@ def test_linear_routes_to_the_engine_where_it_serves(sm90, kernel, monkeypatch):
     calls.clear()
     kernel.geglu_linear(x, w.requires_grad_())
     assert calls == [], "a call that needs gradients takes the composition"
+
+
+def _cuda_kernel_names(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_mlp_op_runs_the_engine_where_it_serves(sm90, kernel):
+    """The per-layer op _geglu_mlp picks its gate/up kernel in C++: the engine for an
+    aligned bf16 call (no activation pass after it), cuBLAS + the geglu kernel for a
+    misaligned x; the result matches the float64 reference either way."""
+    dtype = torch.bfloat16
+    x, w = rand((64, 256), dtype, 71), rand((512, 256), dtype, 72, scale=1 / 16)
+    wd = rand((256, 256), dtype, 73, scale=1 / 16)
+    expected = reference(x, w[:256], w[256:], None, None, "tanh").double() @ wd.double().t()
+    for what, xx, engine in [
+        ("aligned bf16", x, True),
+        ("misaligned x", rand((64 * 256 + 1,), dtype, 74)[1:].view(64, 256), False),
+    ]:
+        xx.copy_(x)
+        with torch.no_grad():
+            names = _cuda_kernel_names(lambda: kernel.geglu_mlp(xx, w, None, wd))
+            y = kernel.geglu_mlp(xx, w, None, wd)
+        ran_engine = any("geglu_sm90" in n for n in names)
+        assert ran_engine == engine, (what, names)
+        torch.testing.assert_close(y.double(), expected.to(y.device), atol=0.05, rtol=0.05)
