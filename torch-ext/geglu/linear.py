@@ -230,14 +230,12 @@ def _native_call(x, tensors, approximate: str) -> bool:
     has one, every argument is a plain tensor (or None: anything else takes the Python
     route, whose checks name it), and a call that needs gradients is not being traced by
     torch.compile (the compiler differentiates the composition instead: the native
-    autograd node would hide the backward's kernels from it) and is not empty."""
+    autograd node would hide the backward's kernels from it)."""
     if type(x) not in PLAIN_TYPES or x.device.type not in _NATIVE_MLP_DEVICE_TYPES or type(approximate) is not str:
         return False
     if not all_plain(*tensors):
         return False
-    if _needs_grad(x, *tensors):
-        return not torch.compiler.is_compiling() and x.numel() > 0
-    return True
+    return not (torch.compiler.is_compiling() and _needs_grad(x, *tensors))
 
 
 # --------------------------------------------------------------------------- public API
@@ -333,7 +331,11 @@ def geglu_mlp(
 
 def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
     """geglu_mlp with the biases as arguments: the layers' entry (no tuple to build)."""
-    if _native_call(x, (w_gate, w_up, w_down, b_gate, b_up, b_down, residual), approximate):
+    tensors = (w_gate, w_up, w_down, b_gate, b_up, b_down, residual)
+    # An empty problem that needs gradients: the composition (autograd over torch's GEMMs).
+    if _native_call(x, tensors, approximate) and not (
+        _needs_grad(x, *tensors) and 0 in (x.numel(), w_gate.numel(), w_down.numel())
+    ):
         return ops._geglu_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     x2 = _flatten_tokens(x)
