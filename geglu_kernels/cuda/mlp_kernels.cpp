@@ -4,8 +4,11 @@
 // geglu kernel). Decided on the host from shapes, dtype, alignment and the device alone
 // (no data, no sync: the same choice is replayed under CUDA-graph capture).
 
-#include <ATen/cuda/CUDAContext.h>
+#include <atomic>
+
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include "geglu_gemm_sm90.h"
 #include "torch_binding.h"
@@ -18,9 +21,23 @@ bool aligned16(const at::Tensor &t) {
          t.size(1) % elems == 0;
 }
 
+// Compute capability 9.0, queried once per device (ATen's device-properties cache
+// lives in a header that pulls in cuBLAS/cuSPARSE; the runtime attribute is enough).
 bool is_sm90(const at::Tensor &t) {
-  const cudaDeviceProp *prop = at::cuda::getDeviceProperties(t.device().index());
-  return prop->major == 9 && prop->minor == 0;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices];  // 0: not asked yet, 1: sm_90, 2: other
+  const int device = t.device().index();
+  if (device < 0 || device >= kMaxDevices) return false;
+  int state = known[device].load(std::memory_order_relaxed);
+  if (state == 0) {
+    int major = 0, minor = 0;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+    if (!ok) cudaGetLastError();  // clear it: not ours to report
+    state = ok && major == 9 && minor == 0 ? 1 : 2;
+    known[device].store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
 }
 
 // The engine's rules (geglu_gemm_sm90.h), checked before anything is allocated.
