@@ -43,7 +43,9 @@ run() {  # run NAME CMD...: log to $OUT/NAME.log, remember the outcome
 for stage in $stages; do
   case $stage in
     build) run build python3 -m tools.build ;;
-    test) run test python3 -m pytest -q -rs --junitxml="$OUT/junit.xml" -p no:cacheprovider ${PYTEST_ARGS:-} ;;
+    # -v: one line per test as it ends (with -n too), so a run cut short by the device's
+    # time limit still names its failures; -rfEs: the summary names them again.
+    test) run test python3 -m pytest -v -rfEs --junitxml="$OUT/junit.xml" -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     sanitize)
       run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 \
         python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_cuda_kernels.py tests/kernels/test_gemm_sm90.py -k "not 2_31 and not large" ;;
