@@ -8,13 +8,13 @@
 //
 // Every failure raises ValueError (TORCH_CHECK_VALUE).
 
-#include <cctype>
 #include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
 namespace gemm_checks {
@@ -28,24 +28,9 @@ inline std::string py_shape(at::IntArrayRef s) {
   return o.str();
 }
 
-// "torch.float32", "torch.int64": a dtype as Python prints it.
-inline std::string py_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kDouble: return "torch.float64";
-    case at::kLong: return "torch.int64";
-    case at::kInt: return "torch.int32";
-    default: {
-      std::string name = c10::toString(t);
-      for (auto &c : name) c = static_cast<char>(std::tolower(c));
-      return "torch." + name;
-    }
-  }
-}
-
-inline std::string py_device(const at::Device &d) { return d.str(); }
+// "torch.float32", "torch.int64": a dtype as Python prints it (torch's own names, as
+// geglu_kernels/common/tensor_checks.h spells them).
+inline std::string py_dtype(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
 // x: a dense float tensor with at least one dimension.
 inline void check_x(const at::Tensor &x) {
@@ -60,8 +45,8 @@ inline void check_x(const at::Tensor &x) {
 inline void check_like_x(const char *name, const at::Tensor &t, const at::Tensor &x) {
   TORCH_CHECK_VALUE(t.scalar_type() == x.scalar_type(), name, " must have the dtype of x (", py_dtype(x.scalar_type()),
                     "), got ", py_dtype(t.scalar_type()));
-  TORCH_CHECK_VALUE(t.device() == x.device(), name, " must be on the device of x (", py_device(x.device()), "), got ",
-                    py_device(t.device()));
+  TORCH_CHECK_VALUE(t.device() == x.device(), name, " must be on the device of x (", x.device(), "), got ",
+                    t.device());
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, name, " must be a dense (strided) tensor, got layout ", t.layout());
 }
 
