@@ -88,17 +88,25 @@ def _gated_gelu_mlp(x: torch.Tensor, gate, up, down, act, dropout=None) -> torch
     GEMM with the GeGLU epilogue, then dropout and `down`, where only gate/up are;
     the modules' own computation otherwise."""
     approximate = _gelu_approximate(act)
-    gate_up = None if approximate is None else _linear_operands(x, gate, up)
+    if approximate is None:
+        return _dropout_down(act(gate(x)) * up(x), down, dropout)
+    if dropout is None or not dropout.training or dropout.p == 0:
+        # The common case, checked in one pass: all three linears fused.
+        operands = _linear_operands(x, gate, up, down)
+        if operands is not None:
+            (w_gate, b_gate), (w_up, b_up), (w_down, b_down) = operands
+            return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, None, approximate)
+    gate_up = _linear_operands(x, gate, up)
     if gate_up is None:
         h = act(gate(x)) * up(x)
     else:
         (w_gate, b_gate), (w_up, b_up) = gate_up
-        dropout_active = dropout is not None and dropout.training and dropout.p > 0
-        down_operands = None if dropout_active else _linear_operands(x, down)
-        if down_operands is not None:
-            ((w_down, b_down),) = down_operands
-            return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, None, approximate)
         h = geglu_linear(x, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
+    return _dropout_down(h, down, dropout)
+
+
+def _dropout_down(h: torch.Tensor, down, dropout) -> torch.Tensor:
+    """down(dropout(h)), with T5's cast of h to `down`'s weight dtype when there is a dropout."""
     if dropout is None:
         return down(h)
     h = dropout(h)
