@@ -271,20 +271,29 @@ torch::Tensor geglu_mlp(torch::Tensor const &x, torch::Tensor const &w_gate, c10
   return inference(p, w_gate, w_up, w_down, b_gate, b_up, b_down, approximate);
 }
 
-// Autograd kernel: the training node where an input needs a gradient, else inference.
+// Autograd kernel: the training node where an input needs a gradient, else the op again
+// below autograd, through the dispatcher: real tensors reach the backend kernel (which
+// checks), fake ones (torch.compile, opcheck) the op's fake. A direct call of the backend
+// kernel here would run CUDA launches on fake tensors.
 torch::Tensor geglu_mlp_autograd(torch::Tensor const &x, torch::Tensor const &w_gate,
                                  c10::optional<torch::Tensor> const &w_up, torch::Tensor const &w_down,
                                  c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
                                  c10::optional<torch::Tensor> const &b_down,
                                  c10::optional<torch::Tensor> const &residual, std::string_view approximate) {
-  const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
   if (at::GradMode::is_enabled() &&
       any_requires_grad({&x, &w_gate, &w_down}, {&w_up, &b_gate, &b_up, &b_down, &residual})) {
+    const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
     // p.x / p.residual are views recorded by autograd (this kernel runs above it).
     const OptTensor res = p.residual.defined() ? OptTensor(p.residual) : std::nullopt;
     at::Tensor y = GegluMlp::apply(p.x, w_gate, w_up, w_down, b_gate, b_up, b_down, res, std::string(approximate));
     return y.view(p.out_shape);
   }
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow(GEGLU_STR(TORCH_EXTENSION_NAME) "::_geglu_mlp", "")
+          .typed<at::Tensor(const at::Tensor &, const at::Tensor &, const OptTensor &, const at::Tensor &,
+                            const OptTensor &, const OptTensor &, const OptTensor &, const OptTensor &,
+                            std::string_view)>();
   at::AutoDispatchBelowADInplaceOrView guard;
-  return inference(p, w_gate, w_up, w_down, b_gate, b_up, b_down, approximate);
+  return op.call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
 }

@@ -253,6 +253,42 @@ def test_geglu_mlp_other_activation_runs_the_module(kernel, monkeypatch, hidden_
     assert calls == []
 
 
+def _scale_output(module, args, out):
+    return out * 3.0
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["forward_hook", "forward_pre_hook", "instance_forward", "parametrized_weight"],
+)
+def test_geglu_mlp_honours_what_calling_a_linear_would_run(kernel, monkeypatch, change):
+    """A projection whose call would run more than nn.Linear.forward on its parameters
+    (a hook, a forward set on the instance as accelerate's offloading or another
+    kernelize mapping does, a parametrized weight): the layer runs the module's own
+    computation, so the hook or replacement still takes effect."""
+    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
+    mlp = gemma_mlp("gelu_pytorch_tanh", "none", "cpu", torch.float32)
+    x = torch.randn(2, 5, HIDDEN)
+    plain = mlp(x)
+    up = mlp.up_proj
+    if change == "forward_hook":
+        up.register_forward_hook(_scale_output)
+    elif change == "forward_pre_hook":
+        up.register_forward_pre_hook(lambda module, args: (args[0] * 2.0,))
+    elif change == "instance_forward":
+        up.forward = lambda h: F.linear(h, up.weight) * 3.0
+    else:
+        nn.utils.parametrize.register_parametrization(up, "weight", _Doubled())
+    out = call_layer(kernel.layers.GeGLUMLP, mlp, x)
+    assert calls == []
+    assert torch.equal(out, mlp(x)) and not torch.allclose(out, plain)
+
+
+class _Doubled(nn.Module):
+    def forward(self, w):
+        return 2.0 * w
+
+
 def test_geglu_mlp_under_autocast_runs_the_module(kernel, monkeypatch):
     """Under autocast nn.Linear computes in the autocast dtype: keep that behaviour."""
     calls = spy(monkeypatch, kernel, "geglu_mlp_call")

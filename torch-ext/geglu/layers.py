@@ -63,19 +63,37 @@ def _gelu_approximate(act) -> "str | None":
     return None
 
 
+def _submodules(module: nn.Module, *names):
+    """module.<name> for each name, read from the module's `_modules` where it is
+    registered there (nn.Module's __getattr__ costs about 1 us per read on the lent
+    hosts, several per call; a decode step is bound by such host time)."""
+    registered = module._modules
+    return [registered[n] if n in registered else getattr(module, n) for n in names]
+
+
 def _linear_operands(x: torch.Tensor, *linears):
-    """[(weight, bias), ...] of `linears` when the fused kernels compute what they would:
-    plain nn.Linear modules (not quantized or otherwise re-implemented subclasses, whose
-    weights mean something else) with dense weights (and biases) in x's dtype, and no
-    autocast (under which nn.Linear would run in the autocast dtype). Else None.
-    Each attribute is read once: a module's attribute lookup is host time on every call."""
+    """[(weight, bias), ...] of `linears` when the fused kernels compute what calling them
+    would: plain nn.Linear modules running nn.Linear.forward (not quantized or otherwise
+    re-implemented subclasses, whose weights mean something else; no forward set on the
+    instance, as accelerate's offload hooks or another kernelize mapping do; no forward
+    hooks, which the fused call would skip), with dense weights (and biases) in x's dtype
+    registered as parameters (a parametrized weight is computed on access: not here),
+    and no autocast (under which nn.Linear would run in the autocast dtype). Else None.
+    Parameters are read from `_parameters`, once each (see _submodules)."""
     if x.dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled(x.device.type):
         return None
     operands = []
     for m in linears:
-        if not isinstance(m, nn.Linear) or type(m).forward is not nn.Linear.forward:
+        if (
+            not isinstance(m, nn.Linear)
+            or type(m).forward is not nn.Linear.forward
+            or "forward" in m.__dict__
+            or m._forward_hooks
+            or m._forward_pre_hooks
+        ):
             return None
-        w, b = m.weight, m.bias
+        params = m._parameters
+        w, b = params.get("weight"), params.get("bias")
         if type(w) not in _DENSE_TYPES or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
             return None
         operands.append((w, b))
@@ -192,7 +210,7 @@ class GeGLUMLP(nn.Module):
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _gated_gelu_mlp(x, self.gate_proj, self.up_proj, self.down_proj, self.act_fn)
+        return _gated_gelu_mlp(x, *_submodules(self, "gate_proj", "up_proj", "down_proj", "act_fn"))
 
 
 class T5GatedGeluDense(nn.Module):
@@ -209,7 +227,7 @@ class T5GatedGeluDense(nn.Module):
     can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return _gated_gelu_mlp(hidden_states, self.wi_0, self.wi_1, self.wo, self.act, self.dropout)
+        return _gated_gelu_mlp(hidden_states, *_submodules(self, "wi_0", "wi_1", "wo", "act", "dropout"))
 
 
 class BiasGeluIntermediate(nn.Module):
@@ -222,7 +240,7 @@ class BiasGeluIntermediate(nn.Module):
     can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        act, dense = self.intermediate_act_fn, self.dense
+        act, dense = _submodules(self, "intermediate_act_fn", "dense")
         approximate = _gelu_approximate(act)
         operands = None if approximate is None else _linear_operands(hidden_states, dense)
         if operands is None:

@@ -258,7 +258,7 @@ def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, a
     approximate: "tanh" (gelu_pytorch_tanh / gelu_new) or "none" (exact erf GELU).
     x: [..., in]; weight: [out, in]; bias: [out] or None. Returns [..., out]."""
     if _native_call(x, (weight, bias), approximate):
-        return ops._linear_bias_gelu(x, weight, bias, approximate)
+        return ops._linear_bias_gelu.default(x, weight, bias, approximate)
     check_x(x)
     check_linear_operand("weight", weight, x, x.shape[-1])
     check_vector("bias", bias, x, weight.shape[0])
@@ -336,7 +336,8 @@ def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appr
     if _native_call(x, tensors, approximate) and not (
         _needs_grad(x, *tensors) and 0 in (x.numel(), w_gate.numel(), w_down.numel())
     ):
-        return ops._geglu_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+        # .default: the overload itself, without the packet's overload resolution per call.
+        return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     x2 = _flatten_tokens(x)
     res = None if residual is None else _flatten_tokens(residual)

@@ -1,0 +1,121 @@
+"""Where the host time of one GeGLU MLP layer call goes, level by level.
+
+host_time.py measures a whole layer call; this peels it: the kernelized layer, the
+functional entry it calls (`geglu_mlp_call`), the native op through its overload
+packet and through `.default`, and the pieces inside the op (the engine's gate/up
+launch, cuBLAS's down GEMM, an allocation) next to floors (a view, an empty op call
+through the dispatcher). Each row is the median host time per call, in bursts with
+no sync (the GPU stays behind), over interleaved rounds. Then torch.profiler's
+self-CPU table of the layer call names the ATen calls inside it.
+
+    python benchmarks/host_breakdown.py                      # GPU, Gemma-2B sizes, M = 1
+    python benchmarks/host_breakdown.py --device cpu --tiny  # smoke test of the script
+"""
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import example  # noqa: E402
+
+BURST = 20
+
+
+def per_call_us(fn, sync, calls: int) -> float:
+    times = []
+    while len(times) < calls:
+        sync()
+        for _ in range(BURST):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    sync()
+    return statistics.median(times) * 1e6
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--tokens", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=400)
+    args = ap.parse_args(argv)
+
+    from transformers import GemmaConfig
+    from transformers.models.gemma.modeling_gemma import GemmaMLP
+
+    dim, hidden = (64, 256) if args.tiny else (2048, 16384)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    torch.manual_seed(0)
+    with torch.device(args.device):
+        eager = GemmaMLP(GemmaConfig(hidden_size=dim, intermediate_size=hidden, hidden_act="gelu_pytorch_tanh"))
+        eager = eager.to(dtype).eval()
+        x = torch.randn(1, args.tokens, dim, dtype=dtype)
+    layer = example.kernelize_with_geglu(copy.deepcopy(eager), layer=example.local_layer)
+    # The geglu package kernelize loaded (its module name carries a build hash).
+    linear = next(m for name, m in list(sys.modules.items()) if name.endswith(".linear") and hasattr(m, "_native_call"))
+    ops = linear.ops
+
+    wg, wu, wd = (m.weight for m in (eager.gate_proj, eager.up_proj, eager.down_proj))
+    x2 = x.view(-1, dim)
+    h = torch.randn(args.tokens, hidden, dtype=dtype, device=args.device)
+    mlp_args = (x, wg, wu, wd, None, None, None, None, "tanh")
+    rows = {
+        "eager GemmaMLP": lambda: eager(x),
+        "layer (kernelized GemmaMLP)": lambda: layer(x),
+        "geglu_mlp_call": lambda: linear.geglu_mlp_call(*mlp_args),
+        "ops._geglu_mlp (packet)": lambda: ops._geglu_mlp(*mlp_args),
+        "ops._geglu_mlp.default": lambda: ops._geglu_mlp.default(*mlp_args),
+        "down: torch.mm(h, wd.t())": lambda: torch.mm(h, wd.t()),
+        "F.linear(x, wg)": lambda: torch.nn.functional.linear(x, wg),
+        "torch.empty([M, hidden])": lambda: torch.empty((args.tokens, hidden), dtype=dtype, device=args.device),
+        "x.view(-1, dim)": lambda: x.view(-1, dim),
+    }
+    if hasattr(ops, "_geglu_linear_sm90") and args.device == "cuda":
+        rows["gate/up: ops._geglu_linear_sm90.default"] = lambda: ops._geglu_linear_sm90.default(
+            x2, wg, wu, None, None, "tanh"
+        )
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    samples = {k: [] for k in rows}
+    with torch.inference_mode():
+        ref = eager(x).float()
+        err = (layer(x).float() - ref).abs().max().item()
+        assert err <= 0.05 * ref.abs().max().item() + 1e-3, err
+        for fn in rows.values():  # warm up
+            for _ in range(5):
+                fn()
+        for _ in range(args.rounds):
+            for k, fn in rows.items():
+                samples[k].append(per_call_us(fn, sync, args.calls))
+
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(100):
+                layer(x)
+        sync()
+
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"\n== host time per call ({device}, torch {torch.__version__}, M = {args.tokens}, "
+          f"{dim} -> {hidden} -> {dim}, median of {args.rounds} rounds x {args.calls} calls)")
+    print(f"{'call':42} {'us':>7} {'spread':>13}")
+    for k, s in samples.items():
+        print(f"{k:42} {statistics.median(s):7.1f} {min(s):6.1f}-{max(s):<6.1f}")
+    print("\n== torch.profiler, 100 layer calls (profiler overhead included)")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+    if os.environ.get("OUT"):
+        prof.export_chrome_trace(str(Path(os.environ["OUT"], "host_breakdown_trace.json")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
