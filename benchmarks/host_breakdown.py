@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     wg, wu, wd = (m.weight for m in (eager.gate_proj, eager.up_proj, eager.down_proj))
     x2 = x.view(-1, dim)
     h = torch.randn(args.tokens, hidden, dtype=dtype, device=args.device)
+    wdt = wd.t()
     mlp_args = (x, wg, wu, wd, None, None, None, None, "tanh")
     rows = {
         "eager GemmaMLP": lambda: eager(x),
@@ -76,7 +77,9 @@ def main(argv=None) -> int:
         "geglu_mlp_call": lambda: linear.geglu_mlp_call(*mlp_args),
         "ops._geglu_mlp (packet)": lambda: ops._geglu_mlp(*mlp_args),
         "ops._geglu_mlp.default": lambda: ops._geglu_mlp.default(*mlp_args),
+        "ops._geglu_mlp.default, 2-d x": lambda: ops._geglu_mlp.default(x2, *mlp_args[1:]),
         "down: torch.mm(h, wd.t())": lambda: torch.mm(h, wd.t()),
+        "down: torch.mm(h, wdt), wdt = wd.t() kept": lambda: torch.mm(h, wdt),
         "F.linear(x, wg)": lambda: torch.nn.functional.linear(x, wg),
         "torch.empty([M, hidden])": lambda: torch.empty((args.tokens, hidden), dtype=dtype, device=args.device),
         "x.view(-1, dim)": lambda: x.view(-1, dim),
@@ -84,6 +87,19 @@ def main(argv=None) -> int:
     if hasattr(ops, "_geglu_linear_sm90") and args.device == "cuda":
         rows["gate/up: ops._geglu_linear_sm90.default"] = lambda: ops._geglu_linear_sm90.default(
             x2, wg, wu, None, None, "tanh"
+        )
+    if args.device == "cuda":
+        def mm_lt():
+            torch.backends.cuda.preferred_blas_library("cublaslt")
+            try:
+                return torch.mm(h, wdt)
+            finally:
+                torch.backends.cuda.preferred_blas_library("default")
+
+        rows["down: torch.mm(h, wdt) on cublasLt (+2 setter calls)"] = mm_lt
+        rows["2 preferred_blas_library setter calls"] = lambda: (
+            torch.backends.cuda.preferred_blas_library("default"),
+            torch.backends.cuda.preferred_blas_library("default"),
         )
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     samples = {k: [] for k in rows}

@@ -80,7 +80,8 @@ def _linear_operands(x: torch.Tensor, *linears):
     registered as parameters (a parametrized weight is computed on access: not here),
     and no autocast (under which nn.Linear would run in the autocast dtype). Else None.
     Parameters are read from `_parameters`, once each (see _submodules)."""
-    if x.dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled(x.device.type):
+    # x.is_cuda first: x.device builds a torch.device object on every read.
+    if x.dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
         return None
     operands = []
     for m in linears:
@@ -232,21 +233,26 @@ class T5GatedGeluDense(nn.Module):
 
 class BiasGeluIntermediate(nn.Module):
     """BERT-style `intermediate_act_fn(dense(h))` (`BertIntermediate` and its many
-    copies) as one GEMM with bias and GELU in the epilogue. Reads `dense` (nn.Linear)
-    and `intermediate_act_fn`; BERT's "gelu" is the exact erf GELU, the flavour is
-    read from the activation."""
+    copies). Reads `dense` (nn.Linear) and `intermediate_act_fn`, whose GELU flavour it
+    reads from the activation.
+
+    One GEMM with bias and GELU in cuBLASLt's epilogue (GELU_BIAS) where there is one:
+    the tanh GELU with a bias, on CUDA. Everywhere else, BERT's own exact (erf) GELU
+    included, no fused kernel exists and the fused op would run the same linear + gelu
+    with more host time (0.89x eager at one token on the H100, 1.00x at large M:
+    docs/DESIGN.md), so the module runs its own computation."""
 
     has_backward = True
     can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         act, dense = _submodules(self, "intermediate_act_fn", "dense")
-        approximate = _gelu_approximate(act)
-        operands = None if approximate is None else _linear_operands(hidden_states, dense)
-        if operands is None:
-            return act(dense(hidden_states))
-        ((weight, bias),) = operands
-        return linear_bias_gelu(hidden_states, weight, bias, approximate=approximate)
+        if hidden_states.is_cuda and _gelu_approximate(act) == "tanh":
+            operands = _linear_operands(hidden_states, dense)
+            if operands is not None and operands[0][1] is not None:
+                ((weight, bias),) = operands
+                return linear_bias_gelu(hidden_states, weight, bias, approximate="tanh")
+        return act(dense(hidden_states))
 
 
 __all__ = [

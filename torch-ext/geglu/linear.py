@@ -209,6 +209,9 @@ def _down_proj(h: Tensor, w_down: Tensor, b_down: Optional[Tensor], residual: Op
 # Compiled variants carry the per-layer native ops (torch-ext/geglu_mlp.cpp,
 # torch-ext/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
 _NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "_geglu_mlp") else frozenset()
+# The same fact as a tensor flag ("is_cuda" / "is_cpu"; a build has one backend), read per
+# call instead of x.device.type, which builds a torch.device (host time: docs/DESIGN.md).
+_NATIVE_MLP_FLAG = next((f"is_{t}" for t in sorted(_NATIVE_MLP_DEVICE_TYPES)), None)
 
 
 def _geglu_mlp_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
@@ -231,7 +234,9 @@ def _native_call(x, tensors, approximate: str) -> bool:
     route, whose checks name it), and a call that needs gradients is not being traced by
     torch.compile (the compiler differentiates the composition instead: the native
     autograd node would hide the backward's kernels from it)."""
-    if type(x) not in PLAIN_TYPES or x.device.type not in _NATIVE_MLP_DEVICE_TYPES or type(approximate) is not str:
+    if _NATIVE_MLP_FLAG is None or type(x) not in PLAIN_TYPES or type(approximate) is not str:
+        return False
+    if not getattr(x, _NATIVE_MLP_FLAG):
         return False
     if not all_plain(*tensors):
         return False
