@@ -1,0 +1,434 @@
+"""One rank of a distributed case for test_distributed.py: runs a kernelized Gemma and
+the same Gemma without geglu under one of PyTorch's distributed wrappers, and writes
+what it measured to <out>/rank<N>.json. It asserts nothing about the results (the
+test does, on every rank's file); it fails only where the setup itself fails.
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \
+        tests/integration/distributed_worker.py CASE --out DIR [--size tiny|gemma-2b]
+
+Cases: fsdp2 (training steps under fully_shard), ddp (one training step under
+DistributedDataParallel), tp (inference with the MLPs sharded by torch's
+parallelize_module, and by Transformers' own TP styles, kernelized after sharding),
+compile-fsdp2 (torch.compile of the FSDP2-wrapped kernelized model).
+
+Two CUDA GPUs or more: NCCL, one GPU per rank; FSDP2 trains in bf16 (as deployed) with
+a float32 run of the original model as the reference that bf16 errors are measured
+against, the other cases run float32 (GPU_DTYPES). Otherwise gloo on CPU, float32. The
+model is the tests' `test_transformers.build` (example.tiny_model: Gemma, 2 layers,
+hidden 64), kernelized through example.py's recipe; --size gemma-2b (GPU) is wider.
+"""
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+# First of all, where the test asks: this process's id, so that a test whose launch
+# times out can end the ranks (torchrun starts each in its own session, out of reach of
+# the launcher's process group).
+if os.environ.get("GEGLU_DIST_PID_DIR"):
+    (Path(os.environ["GEGLU_DIST_PID_DIR"]) / f"{os.getpid()}.pid").touch()
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent.parent)]  # integration/, tests/, repo
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import conftest  # noqa: E402  (sets TRITON_INTERPRET without a GPU; loads build/ like the tests)
+
+KERNEL = conftest._load()  # before the layers: one copy of the ops per process
+
+import example  # noqa: E402
+import test_transformers as tt  # noqa: E402
+from kernels import Mode  # noqa: E402
+
+WORLD = 2
+
+
+class Unavailable(Exception):
+    """The case cannot be set up with the installed libraries (the test skips, saying why)."""
+
+
+# The functional entries the layers call: the fused MLP, the fused gate/up GEMM, and the
+# activations. Counting their calls tells which route a kernelized module took.
+FUSED_ENTRIES = ("geglu_mlp_call", "geglu_linear", "gelu_tanh", "gelu")
+
+
+def local_layer(layer_name):
+    return example.local_layer(layer_name, path=conftest.REPO)
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def init(backend: str) -> torch.device:
+    """The process group, and this rank's device (its own GPU under NCCL)."""
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend, device_id=device if backend == "nccl" else None)
+    assert dist.get_world_size() == WORLD, f"run with --nproc-per-node {WORLD}"
+    return device
+
+
+def mesh_for(device: torch.device):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (WORLD,))
+
+
+def gemma(size: str, device: torch.device, dtype: torch.dtype):
+    """tiny: test_transformers' small Gemma (2 layers, hidden 64). gemma-2b: Gemma-2B's
+    widths (hidden 2048, MLP 16384, 8 heads of 256, one KV head) with 4 layers and a
+    32k vocabulary (the MLPs, not the embedding, are what is compared); GPU only."""
+    if size == "tiny":
+        return tt.build("gemma", device.type, dtype).to(device)
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.GemmaConfig(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=16384,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=1,
+        head_dim=256,
+    )
+    return tf.GemmaForCausalLM(config).to(device, dtype)
+
+
+def rank_inputs(model, size: str) -> dict:
+    """Different tokens on each rank (so gradient reduction across ranks matters)."""
+    batch, seq = (2, 12) if size == "tiny" else (4, 512)
+    return example.model_inputs(model, batch=batch, seq=seq, seed=1 + dist.get_rank())
+
+
+@contextlib.contextmanager
+def count_fused_calls(kernelized):
+    """Counts calls of the fused entries by wrapping them in the layers module that the
+    kernelized forwards run in (found from a swapped forward, so it is the module
+    kernelize loaded, not an import of our own). Yields {entry: calls}, filled as the
+    model runs; the entries are restored on exit."""
+    forwards = [m.forward.__func__ for m in kernelized.modules() if getattr(type(m), "kernel_layer_name", None)]
+    swapped = [f for f in forwards if f.__module__.endswith(".layers")]
+    assert swapped, "no module runs a geglu layer's forward"
+    layers = sys.modules[swapped[0].__module__]
+    calls = dict.fromkeys(FUSED_ENTRIES, 0)
+    shapes = []  # (type, shape) of the gate weight each fused MLP call received
+
+    def spy(name, fn):
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            if name == "geglu_mlp_call":
+                shapes.append((type(args[1]).__name__, list(args[1].shape)))
+            return fn(*args, **kwargs)
+
+        return counted
+
+    originals = {name: getattr(layers, name) for name in FUSED_ENTRIES}
+    for name, fn in originals.items():
+        setattr(layers, name, spy(name, fn))
+    try:
+        yield calls, shapes
+    finally:
+        for name, fn in originals.items():
+            setattr(layers, name, fn)
+
+
+def grad_norm(model) -> float:
+    """The global gradient norm (FSDP2's sharded gradients are DTensors: their norm is
+    reduced across ranks by full_tensor)."""
+    norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def param_diffs(model, reference) -> dict:
+    """{name: [max |p - p_ref|, max |p_ref|]} over this rank's (local) parameters; the
+    test turns them into relative errors with a floor (Gemma's norm weights start at 0)."""
+    out = {}
+    for (name, p), (_, p_ref) in zip(model.named_parameters(), reference.named_parameters()):
+        a, b = local_tensor(p.detach()).double(), local_tensor(p_ref.detach()).double()
+        out[name] = [(a - b).abs().max().item(), b.abs().max().item()]
+    return out
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(model, inputs, steps: int, device, lr: float = 0.1) -> dict:
+    """`steps` SGD steps on the same batch; loss, gradient norm and wall time per step.
+    Plain SGD: its update is linear in the gradient, so rounding noise in near-zero
+    gradients stays near zero (Adam would normalize it into lr-sized updates)."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses, norms, times = [], [], []
+    for _ in range(steps):
+        synchronize(device)
+        t0 = time.perf_counter()
+        loss = tt.loss_of(model, inputs)
+        loss.backward()
+        norms.append(grad_norm(model))
+        opt.step()
+        opt.zero_grad()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    return {"loss": losses, "grad_norm": norms, "step_s": times}
+
+
+def fsdp2_shard(model, mesh):
+    """fully_shard on each decoder layer, then the root (embedding, tied head, norm)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.model.layers:
+        fully_shard(block, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def case_fsdp2(device, dtype, size, steps=5):
+    """The kernelized (Mode.TRAINING, before sharding) and the original model, each
+    under the same FSDP2 sharding, trained from the same weights on the same data."""
+    mesh = mesh_for(device)
+    original = gemma(size, device, dtype).train()
+    kernelized = example.kernelize_with_geglu(copy.deepcopy(original), mode=Mode.TRAINING, layer=local_layer)
+    swapped = example.count_kernelized(kernelized)
+    reference = None
+    if dtype != torch.float32:  # bf16: both runs are judged against a float32 run
+        reference = fsdp2_shard(copy.deepcopy(original).float(), mesh)
+    inputs = rank_inputs(original, size)
+    fsdp2_shard(original, mesh)
+    fsdp2_shard(kernelized, mesh)
+    result = {"swapped": swapped, "layers": len(original.model.layers), "steps": steps}
+    result["gate_full_shape"] = list(original.model.layers[0].mlp.gate_proj.weight.shape)
+    result["weight_type_sharded"] = type(kernelized.model.layers[0].mlp.gate_proj.weight).__name__
+    result["original"] = train(original, inputs, steps, device)
+    with count_fused_calls(kernelized) as (calls, shapes):
+        result["kernelized"] = train(kernelized, inputs, steps, device)
+    result["fused_calls"], result["fused_gate_weights"] = calls, shapes[: len(original.model.layers)]
+    result["param_diff"] = param_diffs(kernelized, original)
+    if reference is not None:
+        result["reference"] = train(reference, inputs, steps, device)
+        result["param_diff_original_vs_reference"] = param_diffs(original, reference)
+        result["param_diff_kernelized_vs_reference"] = param_diffs(kernelized, reference)
+    return result
+
+
+def case_ddp(device, dtype, size):
+    """One SGD step of the kernelized and the original model under DDP."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original = gemma(size, device, dtype).train()
+    kernelized = example.kernelize_with_geglu(copy.deepcopy(original), mode=Mode.TRAINING, layer=local_layer)
+    inputs = rank_inputs(original, size)
+    ids = None if device.type == "cpu" else [device.index]
+    ddp_original, ddp_kernelized = DDP(original, device_ids=ids), DDP(kernelized, device_ids=ids)
+    result = {"swapped": example.count_kernelized(kernelized), "layers": len(original.model.layers)}
+    result["original"] = train(ddp_original, inputs, 1, device)
+    with count_fused_calls(kernelized) as (calls, _):
+        result["kernelized"] = train(ddp_kernelized, inputs, 1, device)
+    result["fused_calls"] = calls
+    result["param_diff"] = param_diffs(kernelized, original)
+    # The all-reduce made every rank's weights equal: a checksum per rank shows it.
+    result["param_checksum"] = sum(p.detach().double().sum().item() for p in kernelized.parameters())
+    return result
+
+
+def tp_torch(model, mesh):
+    """torch's DTensor TP on every MLP: gate/up column-sharded, down row-sharded (its
+    output all-reduced to a replicated plain tensor)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {"gate_proj": ColwiseParallel(), "up_proj": ColwiseParallel(), "down_proj": RowwiseParallel()}
+    for block in model.model.layers:
+        parallelize_module(block.mlp, mesh, plan)
+
+
+def tp_transformers(model, mesh):
+    """Transformers' own TP: the MLP entries of the plan `tp_plan="auto"` resolves to for
+    this model (colwise gate/up, rowwise down), applied with the function from_pretrained
+    uses. (from_pretrained(tp_plan="auto") itself needs `accelerate`, not installed here;
+    the full plan also shards attention and the LM head, which this case is not about,
+    and applied as is to this tied-embedding model fails with KeyError 'lm_head.weight'.)"""
+    try:
+        from transformers.distributed import DistributedConfig
+        from transformers.distributed.tensor_parallel import apply_tensor_parallelism
+    except ImportError as e:  # Transformers before its `distributed` package
+        raise Unavailable(f"this Transformers has no DTensor TP API to apply: {e}") from e
+
+    plan, _, _ = model._resolve_parallel_plans(DistributedConfig(tp_size=WORLD, tp_plan="auto"))
+    mlp_plan = {name: style for name, style in plan.items() if ".mlp." in name}
+    assert mlp_plan, f"no MLP entries in Transformers' TP plan: {plan}"
+    apply_tensor_parallelism(model, mesh, mlp_plan)
+
+
+TP_STYLES = {"tp-torch": tp_torch, "tp-transformers": tp_transformers}
+
+
+def case_tp(device, dtype, size):
+    """Each TP style in TP_STYLES, in one launch (a launch costs more than the case):
+    {style: its measurements, or {"unavailable": why}}."""
+    mesh = mesh_for(device)
+    results = {}
+    for style, shard in TP_STYLES.items():
+        try:
+            results[style] = tp_inference(device, dtype, size, mesh, shard)
+        except Unavailable as e:
+            results[style] = {"unavailable": str(e)}
+    return results
+
+
+def tp_inference(device, dtype, size, mesh, shard):
+    """Inference: the original model unsharded, the original under TP, and a copy under
+    the same TP kernelized afterwards (Mode.INFERENCE). Logits and greedy tokens."""
+    unsharded = gemma(size, device, dtype).eval()
+    original, kernelized = copy.deepcopy(unsharded), copy.deepcopy(unsharded)
+    shard(original, mesh)
+    shard(kernelized, mesh)
+    kernelized = example.kernelize_with_geglu(kernelized, mode=Mode.INFERENCE, layer=local_layer)
+    gate = kernelized.model.layers[0].mlp.gate_proj
+    result = {
+        "swapped": example.count_kernelized(kernelized),
+        "layers": len(original.model.layers),
+        "weight_type": type(gate.weight).__name__,
+        "weight_local_shape": list(local_tensor(gate.weight).shape),
+        "weight_full_shape": list(gate.weight.shape),
+    }
+    inputs = example.model_inputs(original)  # the same tokens on both ranks: TP shards weights
+    gen = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with count_fused_calls(kernelized) as (calls, _):
+        out = tt.logits(kernelized, inputs)
+        logit_calls = dict(calls)
+        with torch.no_grad():
+            tokens = kernelized.generate(input_ids=inputs["input_ids"], **gen)
+    ref, ref_unsharded = tt.logits(original, inputs), tt.logits(unsharded, inputs)
+    with torch.no_grad():
+        tokens_ref = original.generate(input_ids=inputs["input_ids"], **gen)
+    result["fused_calls_logits"] = logit_calls
+    result["logits_err_vs_tp_original"] = tt.rel_err(out, ref)
+    result["logits_err_vs_unsharded"] = tt.rel_err(out, ref_unsharded)
+    result["tp_original_err_vs_unsharded"] = tt.rel_err(ref, ref_unsharded)
+    result["logits_finite"] = bool(out.isfinite().all())
+    result["logits_checksum"] = out.double().sum().item()  # replicated: equal on every rank
+    result["tokens"], result["tokens_ref"] = tokens.tolist(), tokens_ref.tolist()
+    return result
+
+
+def case_compile_fsdp2(device, dtype, size, steps=2):
+    """torch.compile (aot_eager) of FSDP2-wrapped models, trained as in fsdp2:
+    - whole model, kernelized (Mode.TRAINING | Mode.TORCH_COMPILE) and original, each
+      compiled without fullgraph (FSDP2's hooks are dynamo-disabled: torch breaks the
+      graph around every fully_shard module by design). Records each one's graph-break
+      reasons and the ops dynamo captured.
+    - each kernelized MLP compiled with fullgraph=True inside the FSDP2 model, where a
+      graph break raises."""
+    from torch._dynamo.utils import counters
+
+    mesh = mesh_for(device)
+    base = gemma(size, device, dtype).train()
+    inputs = rank_inputs(base, size)
+    mode = Mode.TRAINING | Mode.TORCH_COMPILE
+
+    def captured_ops(into):
+        aot_eager = torch._dynamo.lookup_backend("aot_eager")
+
+        def backend(gm, example_inputs):
+            into.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+            return aot_eager(gm, example_inputs)
+
+        return backend
+
+    result = {"steps": steps, "layers": len(base.model.layers)}
+    def kernelized():
+        return example.kernelize_with_geglu(copy.deepcopy(base), mode=mode, layer=local_layer)
+
+    models = {
+        "eager_original": fsdp2_shard(copy.deepcopy(base), mesh),
+        "whole_original": fsdp2_shard(copy.deepcopy(base), mesh),
+        "whole_kernelized": fsdp2_shard(kernelized(), mesh),
+        "mlp_fullgraph_kernelized": fsdp2_shard(kernelized(), mesh),
+    }
+    result["swapped"] = example.count_kernelized(models["whole_kernelized"])
+    result["eager_original"] = train(models["eager_original"], inputs, steps, device)
+    for name in ("whole_original", "whole_kernelized", "mlp_fullgraph_kernelized"):
+        torch._dynamo.reset()
+        counters.clear()
+        ops: list = []
+        model = models[name]
+        if name.startswith("whole"):
+            run = torch.compile(model, backend=captured_ops(ops))
+        else:
+            for block in model.model.layers:
+                block.mlp.compile(fullgraph=True, backend=captured_ops(ops))
+            run = model
+        result[name] = train(run, inputs, steps, device)
+        result[name]["graph_breaks"] = sorted(counters["graph_break"])
+        result[name]["graphs"] = counters["stats"]["unique_graphs"]
+        result[name]["geglu_ops"] = sorted({op for op in ops if "_geglu_" in op})
+    return result
+
+
+# The dtype each case runs in on a GPU (CPU: float32 always). FSDP2 training runs bf16, as
+# deployed, judged against a float32 run; the others compare the kernelized and the
+# original model directly and run float32, so the comparison is of what the wrappers do
+# (reductions, sharded compute, graph capture), not of bf16 rounding.
+GPU_DTYPES = {"fsdp2": torch.bfloat16}
+
+CASES = {
+    "fsdp2": case_fsdp2,
+    "ddp": case_ddp,
+    "tp": case_tp,
+    "compile-fsdp2": case_compile_fsdp2,
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("--out", type=Path, required=True, help="directory for rank<N>.json")
+    ap.add_argument("--size", choices=("tiny", "gemma-2b"), default="tiny")
+    two_gpus = torch.cuda.device_count() >= WORLD
+    ap.add_argument("--backend", choices=("gloo", "nccl"), default="nccl" if two_gpus else "gloo")
+    args = ap.parse_args(argv)
+
+    device = init(args.backend)
+    # CPU: float32, where kernels and eager agree to ~1e-6.
+    dtype = GPU_DTYPES.get(args.case, torch.float32) if device.type == "cuda" else torch.float32
+    t0 = time.perf_counter()
+    try:
+        result = CASES[args.case](device, dtype, args.size)
+    except Unavailable as e:
+        result = {"unavailable": str(e)}
+    result.update(
+        case=args.case,
+        backend=args.backend,
+        device=str(device),
+        dtype=str(dtype),
+        size=args.size,
+        rank=dist.get_rank(),
+        seconds=time.perf_counter() - t0,
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
