@@ -17,7 +17,6 @@ import copy
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,29 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import example  # noqa: E402
-
-BURST = 20
-
-
-def per_call_us(fn, sync, calls: int) -> float:
-    times = []
-    while len(times) < calls:
-        sync()
-        for _ in range(BURST):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    sync()
-    return statistics.median(times) * 1e6
-
+from host_time import add_call_args, host_us  # noqa: E402  (its timing loop and options)
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--tokens", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=400)
+    add_call_args(ap, calls=400)
     args = ap.parse_args(argv)
 
     from transformers import GemmaConfig
@@ -112,7 +93,7 @@ def main(argv=None) -> int:
                 fn()
         for _ in range(args.rounds):
             for k, fn in rows.items():
-                samples[k].append(per_call_us(fn, sync, args.calls))
+                samples[k].append(host_us(fn, args.device, args.calls))
 
         acts = [torch.profiler.ProfilerActivity.CPU]
         with torch.profiler.profile(activities=acts) as prof:

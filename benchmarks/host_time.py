@@ -18,6 +18,7 @@ Prints a table last; JSON to $OUT/host_time.json when OUT is set.
 
 import argparse
 import copy
+import functools
 import json
 import os
 import platform
@@ -68,8 +69,9 @@ def liger(module):
     return m
 
 
-def host_us(fn, x, device: str, calls: int) -> float:
-    """Median per-call host time over `calls` calls, in bursts between syncs."""
+def host_us(call, device: str, calls: int) -> float:
+    """Median host time of `call()` (no arguments) over `calls` calls, in bursts between
+    syncs (the GPU stays behind, so no call waits for a kernel)."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
     with torch.inference_mode():
@@ -77,10 +79,19 @@ def host_us(fn, x, device: str, calls: int) -> float:
             sync()
             for _ in range(BURST):
                 t0 = time.perf_counter()
-                fn(x)
+                call()
                 times.append(time.perf_counter() - t0)
     sync()
     return statistics.median(times) * 1e6
+
+
+def add_call_args(ap: argparse.ArgumentParser, calls: int) -> None:
+    """The options of the host-time benchmarks (this one and host_breakdown.py)."""
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--tokens", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=calls)
 
 
 def profiled_us(fn, x, device: str, calls: int = 50) -> float:
@@ -97,11 +108,7 @@ def profiled_us(fn, x, device: str, calls: int = 50) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--tokens", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=200)
+    add_call_args(ap, calls=200)
     args = ap.parse_args(argv)
 
     rows = []
@@ -121,7 +128,7 @@ def main(argv=None) -> int:
         samples = {label: [] for label in candidates}
         for _ in range(args.rounds):  # interleaved: host noise hits every row alike
             for label, m in candidates.items():
-                samples[label].append(host_us(m, x, args.device, args.calls))
+                samples[label].append(host_us(functools.partial(m, x), args.device, args.calls))
         for label, m in candidates.items():
             s = samples[label]
             rows.append(
