@@ -208,13 +208,14 @@ using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 
 // The variants: X(id, name, BM, BN, schedule, cluster M[, cluster N]). BN = output
-// columns per tile; the wgmma N is 2*BN. These three are the ones pick_config uses;
+// columns per tile; the wgmma N is 2*BN. These four are the ones pick_config uses;
 // the tuning build (tools/sm90_gemm/geglu_gemm_sm90_tuning.cu) defines
-// GEGLU_SM90_TUNING_VARIANTS with more, numbered from 3, and includes this file.
+// GEGLU_SM90_TUNING_VARIANTS with more, numbered from 4, and includes this file.
 #define GEGLU_SM90_PRODUCT_VARIANTS(X)                                                         \
   X(0, "pingpong_64x(2x128)x64_c1", 64, 128, KernelTmaWarpSpecializedPingpong, 1)              \
   X(1, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2)             \
-  X(2, "pingpong_128x(2x64)x64_c2", 128, 64, KernelTmaWarpSpecializedPingpong, 2)
+  X(2, "pingpong_128x(2x64)x64_c2", 128, 64, KernelTmaWarpSpecializedPingpong, 2)              \
+  X(3, "pingpong_64x(2x64)x64_c1", 64, 64, KernelTmaWarpSpecializedPingpong, 1)
 
 #ifdef GEGLU_SM90_TUNING_VARIANTS
 #define GEGLU_SM90_VARIANTS(X) GEGLU_SM90_PRODUCT_VARIANTS(X) GEGLU_SM90_TUNING_VARIANTS(X)
@@ -242,7 +243,10 @@ int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStre
 }
 
 // Returns an encoded config (variant | swizzle/raster bits, as in the ABI).
-// Measured on H100 SXM (benchmarks/results/gemm_sm90_h100.log):
+// Measured on H100 SXM (benchmarks/results/gemm_sm90_h100.log, linear_sm90_h100.log):
+// - M <= 64 (decode): 3, pingpong 64x(2x64): twice the tiles of 0, so the weight
+//   stream spreads over ~3 waves instead of ~1.5 (Gemma-7B, 16 tokens: 108.5 vs
+//   111.0 us, 90% of the read bandwidth; cuBLAS's merged GEMM 109.6);
 // - M <= 128: 0, pingpong 64x(2x128) (fewest wasted rows, most CTAs along N);
 // - x larger than ~20 MB (gemma7b prefill, 4096 x 3072): 1, cooperative 128x(2x128),
 //   cluster 2 (B multicast), raster along N with swizzle 4 (0x2301; a tie with the
@@ -252,6 +256,7 @@ int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStre
 //   warpgroup's MMA): blog 8192x768->3072, gemma2b 4096x2048->16384, M 256..2048.
 int pick_config(int64_t M, int64_t K, int64_t H) {
   (void)H;
+  if (M <= 64) return 3;
   if (M <= 128) return 0;
   if (double(M) * double(K) * 2.0 > 20e6) return 1 | (3 << 8) | (2 << 12);
   return 2;

@@ -50,11 +50,12 @@ enum { GEGLU_SM90_BF16 = 0, GEGLU_SM90_FP16 = 1 };
 // Otherwise (tuning) bits 0-7 name the variant, 0 .. geglu_gemm_sm90_num_configs()-1;
 // bits 8-11 the tile scheduler's swizzle (0: 1, c: 2^(c-1), c <= 4); bits 12-15 the
 // raster order (0 heuristic, 1 along M, 2 along N); higher bits 0.
-// The library built from geglu_gemm_sm90.cu has the three variants the pick uses:
+// The library built from geglu_gemm_sm90.cu has the four variants the pick uses:
 // 0 pingpong 64x(2x128) cluster 1, 1 cooperative 128x(2x128) cluster 2, 2 pingpong
-// 128x(2x64) cluster 2. The tuning build (tools/sm90_gemm/build.sh) exports this same
-// ABI with those three under the same numbers and its tuning variants from 3 on (and
-// bit 16: store nothing, for timing the rest).
+// 128x(2x64) cluster 2, 3 pingpong 64x(2x64) cluster 1. The tuning build
+// (tools/sm90_gemm/build.sh) exports this same ABI with those four under the same
+// numbers and its tuning variants from 4 on (and bit 16: store nothing, for timing the
+// rest).
 int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                     const void* w_gate, const void* w_up, int64_t ldw,
                     const void* b_gate, const void* b_up,

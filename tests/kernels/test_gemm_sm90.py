@@ -87,10 +87,11 @@ def test_grid_against_float64(sm90, m, kn, dtype):
 
 
 # The engine's kernel variants and a shape on each side of the edges of the shape pick
-# that chooses them (pick_config, geglu_gemm_sm90.cu): M <= 128; x (M*K*2 bytes) > 20 MB;
-# the rest. The tuning-only variants are checked by tools/sm90_gemm/check_and_bench.py.
+# that chooses them (pick_config, geglu_gemm_sm90.cu): M <= 64; M <= 128; x (M*K*2 bytes)
+# > 20 MB; the rest. The tuning-only variants are checked by tools/sm90_gemm/check_and_bench.py.
 PICKED_VARIANTS = {
-    "0-pingpong_64x(2x128)_c1": [(1, 1024, 1000), (128, 1024, 1000)],
+    "3-pingpong_64x(2x64)_c1": [(1, 1024, 1000), (64, 1024, 1000)],
+    "0-pingpong_64x(2x128)_c1": [(65, 1024, 1000), (128, 1024, 1000)],
     "1-coop_128x(2x128)_c2": [(3256, 3072, 1000), (4096, 3072, 1000)],
     "2-pingpong_128x(2x64)_c2": [(129, 1024, 1000), (3255, 3072, 1000)],
 }

@@ -1,5 +1,5 @@
 """Correctness check and benchmark of the sm90 fused GeGLU GEMM (.sm90dev/libgeglu_gemm_sm90.so,
-tools/sm90_gemm/build.sh: the tuning build, variants 0-10; LEAN=1: the product's 0-2).
+tools/sm90_gemm/build.sh: the tuning build, variants 0-11; LEAN=1: the product's 0-3).
 
 Loads the library with ctypes (no torch extension), checks it against a float64 reference
 on fresh random inputs (output poisoned with NaN first), checks the launcher's unsupported
