@@ -19,7 +19,12 @@ or Triton on CUDA, native kernels on CPU), so a kernelized model also runs on CP
 When a module is configured in a way the fused kernels do not compute (another
 activation, quantized or mixed-dtype weights, autocast), `forward` computes exactly
 what the original module does, so kernelizing never changes a model's results.
+
+The activation layers run torch's GELU on a DTensor (no sharding rule for the native
+kernels).
 """
+
+import sys
 
 import torch
 import torch.nn as nn
@@ -137,6 +142,17 @@ def _dropout_down(h: torch.Tensor, down, dropout) -> torch.Tensor:
     return down(h)
 
 
+def _is_dtensor(x: torch.Tensor) -> bool:
+    """Whether x is a DTensor (TP's output kept distributed, `use_local_output=False`):
+    the native kernels have no sharding rule, so the activation layers run torch's GELU
+    on it, which DTensor shards (a Partial input included). A plain tensor costs one
+    type check."""
+    if type(x) is torch.Tensor:
+        return False
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and isinstance(x, dtensor.DTensor)
+
+
 # --------------------------------------------------------------------------- activations
 
 
@@ -151,7 +167,7 @@ class GeluTanh(nn.Module):
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype not in _KERNEL_DTYPES:
+        if x.dtype not in _KERNEL_DTYPES or _is_dtensor(x):
             return F.gelu(x, approximate="tanh")
         # The kernels take a row-strided matrix; activations in a model are contiguous
         # already, so this is a copy only for unusual layouts.
@@ -167,7 +183,7 @@ class Gelu(nn.Module):
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype not in _KERNEL_DTYPES:
+        if x.dtype not in _KERNEL_DTYPES or _is_dtensor(x):
             return F.gelu(x)
         x = x.contiguous()
         return gelu(torch.empty_like(x), x)
