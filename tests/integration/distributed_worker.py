@@ -7,8 +7,9 @@ test does, on every rank's file); it fails only where the setup itself fails.
         tests/integration/distributed_worker.py CASE --out DIR [--size tiny|gemma-2b]
 
 Cases: fsdp2 (training steps under fully_shard), ddp (one training step under
-DistributedDataParallel), tp (inference with the MLPs sharded by torch's
-parallelize_module, and by Transformers' own TP styles, kernelized after sharding),
+DistributedDataParallel), tp (inference and a training step with the MLPs sharded by
+torch's parallelize_module, and by Transformers' own TP styles, kernelized after
+sharding; and one MLP under plans the fused route must serve or leave to the module),
 compile-fsdp2 (torch.compile of the FSDP2-wrapped kernelized model).
 
 Two CUDA GPUs or more: NCCL, one GPU per rank; FSDP2 trains in bf16 (as deployed) with
@@ -112,23 +113,27 @@ def rank_inputs(model, size: str) -> dict:
 
 
 @contextlib.contextmanager
-def count_fused_calls(kernelized):
+def count_fused_calls(kernelized, perturb: float = 0.0):
     """Counts calls of the fused entries by wrapping them in the layers module that the
     kernelized forwards run in (found from a swapped forward, so it is the module
-    kernelize loaded, not an import of our own). Yields {entry: calls}, filled as the
-    model runs; the entries are restored on exit."""
+    kernelize loaded, not an import of our own). Yields ({entry: calls}, {entry:
+    [(type, shape) of the gate weight of each call]}) for the two GEMM entries, filled
+    as the model runs; the entries are restored on exit. perturb != 0 scales what the
+    GEMM entries return by 1 + perturb (a wrong fused result, which the tests must see)."""
     forwards = [m.forward.__func__ for m in kernelized.modules() if getattr(type(m), "kernel_layer_name", None)]
     swapped = [f for f in forwards if f.__module__.endswith(".layers")]
     assert swapped, "no module runs a geglu layer's forward"
     layers = sys.modules[swapped[0].__module__]
     calls = dict.fromkeys(FUSED_ENTRIES, 0)
-    shapes = []  # (type, shape) of the gate weight each fused MLP call received
+    shapes = {"geglu_mlp_call": [], "geglu_linear": []}
 
     def spy(name, fn):
         def counted(*args, **kwargs):
             calls[name] += 1
-            if name == "geglu_mlp_call":
-                shapes.append((type(args[1]).__name__, list(args[1].shape)))
+            if name in shapes:
+                shapes[name].append((type(args[1]).__name__, list(args[1].shape)))
+                if perturb:
+                    return fn(*args, **kwargs) * (1 + perturb)
             return fn(*args, **kwargs)
 
         return counted
@@ -220,7 +225,8 @@ def case_fsdp2(device, dtype, size, steps=5):
     result["original"] = train(original, inputs, steps, device)
     with count_fused_calls(kernelized) as (calls, shapes):
         result["kernelized"] = train(kernelized, inputs, steps, device)
-    result["fused_calls"], result["fused_gate_weights"] = calls, shapes[: len(original.model.layers)]
+    result["fused_calls"] = calls
+    result["fused_gate_weights"] = shapes["geglu_mlp_call"][: len(original.model.layers)]
     result["param_diff"] = param_diffs(kernelized, original)
     if reference is not None:
         result["reference"] = train(reference, inputs, steps, device)
@@ -282,25 +288,29 @@ TP_STYLES = {"tp-torch": tp_torch, "tp-transformers": tp_transformers}
 
 def case_tp(device, dtype, size):
     """Each TP style in TP_STYLES, in one launch (a launch costs more than the case):
-    {style: its measurements, or {"unavailable": why}}."""
+    {style: its measurements, or {"unavailable": why}}, inference and a training step;
+    and {"tp-fallbacks": {case: measurements}}: one MLP under plans the fused route
+    must (or must not) serve."""
     mesh = mesh_for(device)
     results = {}
     for style, shard in TP_STYLES.items():
-        try:
-            results[style] = tp_inference(device, dtype, size, mesh, shard)
-        except Unavailable as e:
-            results[style] = {"unavailable": str(e)}
+        for what, run in (("", tp_inference), ("-train", tp_training)):
+            try:
+                results[style + what] = run(device, dtype, size, mesh, shard)
+            except Unavailable as e:
+                results[style + what] = {"unavailable": str(e)}
+    results["tp-fallbacks"] = tp_fallbacks(device, dtype, mesh)
     return results
 
 
-def tp_inference(device, dtype, size, mesh, shard):
-    """Inference: the original model unsharded, the original under TP, and a copy under
-    the same TP kernelized afterwards (Mode.INFERENCE). Logits and greedy tokens."""
-    unsharded = gemma(size, device, dtype).eval()
+def tp_models(device, dtype, size, mesh, shard, mode):
+    """The original model unsharded, the original under TP, and a copy under the same TP
+    kernelized afterwards (with `mode`), with what the kernelized MLP holds."""
+    unsharded = gemma(size, device, dtype)
     original, kernelized = copy.deepcopy(unsharded), copy.deepcopy(unsharded)
     shard(original, mesh)
     shard(kernelized, mesh)
-    kernelized = example.kernelize_with_geglu(kernelized, mode=Mode.INFERENCE, layer=local_layer)
+    kernelized = example.kernelize_with_geglu(kernelized, mode=mode, layer=local_layer)
     gate = kernelized.model.layers[0].mlp.gate_proj
     result = {
         "swapped": example.count_kernelized(kernelized),
@@ -309,24 +319,225 @@ def tp_inference(device, dtype, size, mesh, shard):
         "weight_local_shape": list(local_tensor(gate.weight).shape),
         "weight_full_shape": list(gate.weight.shape),
     }
+    return unsharded, original, kernelized, result
+
+
+def tp_inference(device, dtype, size, mesh, shard):
+    """Inference (Mode.INFERENCE): logits and greedy tokens of the kernelized TP model
+    against the original TP model and the unsharded one; which entries ran, on which
+    weights; and the logits' error when the fused entries' results are perturbed by 1%
+    (what the tolerance must catch)."""
+    unsharded, original, kernelized, result = tp_models(device, dtype, size, mesh, shard, Mode.INFERENCE)
+    for m in (unsharded, original, kernelized):
+        m.eval()
     inputs = example.model_inputs(original)  # the same tokens on both ranks: TP shards weights
     gen = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
-    with count_fused_calls(kernelized) as (calls, _):
+    with count_fused_calls(kernelized) as (calls, shapes):
         out = tt.logits(kernelized, inputs)
-        logit_calls = dict(calls)
+        logit_calls, logit_shapes = dict(calls), {k: list(v) for k, v in shapes.items()}
         with torch.no_grad():
             tokens = kernelized.generate(input_ids=inputs["input_ids"], **gen)
     ref, ref_unsharded = tt.logits(original, inputs), tt.logits(unsharded, inputs)
     with torch.no_grad():
         tokens_ref = original.generate(input_ids=inputs["input_ids"], **gen)
+    with count_fused_calls(kernelized, perturb=1e-2):
+        perturbed = tt.logits(kernelized, inputs)
     result["fused_calls_logits"] = logit_calls
+    result["fused_gate_weights_logits"] = logit_shapes
     result["logits_err_vs_tp_original"] = tt.rel_err(out, ref)
     result["logits_err_vs_unsharded"] = tt.rel_err(out, ref_unsharded)
     result["tp_original_err_vs_unsharded"] = tt.rel_err(ref, ref_unsharded)
+    result["perturbed_err_vs_tp_original"] = tt.rel_err(perturbed, ref)
     result["logits_finite"] = bool(out.isfinite().all())
     result["logits_checksum"] = out.double().sum().item()  # replicated: equal on every rank
     result["tokens"], result["tokens_ref"] = tokens.tolist(), tokens_ref.tolist()
     return result
+
+
+def local_grads(model) -> dict:
+    """{name: this rank's (local) gradient} of every parameter with one."""
+    return {n: local_tensor(p.grad).detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def grad_errors(grads: dict, ref: dict) -> dict:
+    """{name: max |g - g_ref| / max |g_ref|} (floored at a thousandth of the largest)."""
+    floor = 1e-3 * max(g.abs().max().item() for g in ref.values())
+    return {n: (grads[n] - g).abs().max().item() / max(g.abs().max().item(), floor) for n, g in ref.items()}
+
+
+def tp_training(device, dtype, size, mesh, shard):
+    """A training forward and backward (Mode.TRAINING, kernelized after sharding): the
+    loss and every parameter's local gradient against the original TP model's; which
+    entries ran, on which weights."""
+    _, original, kernelized, result = tp_models(device, dtype, size, mesh, shard, Mode.TRAINING)
+    for m in (original, kernelized):
+        m.train()
+    inputs = rank_inputs(original, size)
+    loss_ref = tt.loss_of(original, inputs)
+    loss_ref.backward()
+    with count_fused_calls(kernelized) as (calls, shapes):
+        loss = tt.loss_of(kernelized, inputs)
+        loss.backward()
+    result["fused_calls"], result["fused_gate_weights"] = calls, shapes
+    result["loss"], result["loss_ref"] = loss.item(), loss_ref.item()
+    ref = local_grads(original)
+    errors = grad_errors(local_grads(kernelized), ref)
+    result["grad_names"], result["grad_err"] = sorted(ref), errors
+    # The sharded MLP weights' gradients are this rank's rows: Shard(0) DTensors.
+    grad = kernelized.model.layers[0].mlp.gate_proj.weight.grad
+    result["gate_grad_type"] = [type(grad).__name__, [str(p) for p in getattr(grad, "placements", ())]]
+    return result
+
+
+def tp_fallbacks(device, dtype, mesh) -> dict:
+    """One Gemma MLP (layer 0 of the tiny model, in a kernelized copy of the model) under
+    plans the fused route serves (torch's standard plan, also with gradients; Transformers'
+    with an uneven intermediate size) and plans it must leave to the module's own forward
+    (gate/up sharded on the wrong dim, a sequence-parallel input layout, a DTensor input,
+    a hook besides TP's, gate and up on different meshes: the same ranks in another order,
+    TP's output kept a DTensor); and torch's plan with an uneven size, which torch itself
+    cannot run. Each: the kernelized MLP's output (with "grad", the gradients too) against
+    the original MLP's under the same plan, and which entries ran. {case: measurements;
+    {"error": the original's, "error_kernelized": ...} where the original raises}."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    rank = dist.get_rank()
+    reversed_mesh = DeviceMesh(mesh.device_type, list(reversed(range(WORLD))))
+    standard = {"gate_proj": ColwiseParallel(), "up_proj": ColwiseParallel(), "down_proj": RowwiseParallel()}
+    seq = 12
+
+    def seq_local(x):  # this rank's chunk of the sequence dim
+        return x.chunk(WORLD, dim=1)[rank].contiguous()
+
+    def double(module, args, output):
+        return output * 2
+
+    def plan_apply(plan):
+        def apply(model):
+            mlp = model.model.layers[0].mlp
+            for name, style in plan.items():
+                parallelize_module(getattr(mlp, name), mesh, style)
+        return apply
+
+    def standard_with_hook(model):
+        plan_apply(standard)(model)
+        model.model.layers[0].mlp.up_proj.register_forward_hook(double)
+
+    def mixed_meshes(model):
+        mlp = model.model.layers[0].mlp
+        parallelize_module(mlp.gate_proj, mesh, ColwiseParallel())
+        parallelize_module(mlp.up_proj, reversed_mesh, ColwiseParallel())
+        parallelize_module(mlp.down_proj, mesh, RowwiseParallel())
+
+    cases = {
+        # name: (apply the plan to the model's first MLP, input transform, gradients, intermediate size)
+        "standard": (plan_apply(standard), None, False, None),
+        # 129 rows: 65 and 64 per rank. torch's RowwiseParallel cannot take such an input
+        # (it infers the width as 2 x the local one): both models raise the same error.
+        "uneven": (plan_apply(standard), None, False, 129),
+        "uneven-transformers": (lambda model: tp_transformers(model, mesh), None, False, 129),
+        "grad": (plan_apply(standard), None, True, None),
+        "wrong-dim": (
+            plan_apply(
+                {
+                    "gate_proj": RowwiseParallel(input_layouts=Replicate()),
+                    "up_proj": RowwiseParallel(input_layouts=Replicate()),
+                    "down_proj": ColwiseParallel(output_layouts=Replicate()),
+                }
+            ),
+            None,
+            False,
+            None,
+        ),
+        "sequence-parallel": (
+            plan_apply(
+                {
+                    "gate_proj": ColwiseParallel(input_layouts=Shard(1)),
+                    "up_proj": ColwiseParallel(input_layouts=Shard(1)),
+                    "down_proj": RowwiseParallel(output_layouts=Shard(1)),
+                }
+            ),
+            seq_local,
+            False,
+            None,
+        ),
+        "dtensor-input": (
+            plan_apply(standard),
+            lambda x: DTensor.from_local(x, mesh, [Replicate()], run_check=False),
+            False,
+            None,
+        ),
+        "extra-hook": (standard_with_hook, None, False, None),
+        "mixed-meshes": (mixed_meshes, None, False, None),
+        "dtensor-output": (
+            plan_apply(
+                {
+                    "gate_proj": ColwiseParallel(use_local_output=False),
+                    "up_proj": ColwiseParallel(use_local_output=False),
+                    "down_proj": RowwiseParallel(),
+                }
+            ),
+            None,
+            False,
+            None,
+        ),
+    }
+    results = {}
+    for name, (apply, transform, grad, intermediate) in cases.items():
+        base = gemma("tiny", device, dtype)
+        if intermediate is not None:
+            config = copy.deepcopy(base.config)
+            config.intermediate_size = intermediate
+            torch.manual_seed(0)
+            base = type(base)(config).to(device, dtype)
+        base.eval()
+        original, kernelized = copy.deepcopy(base), copy.deepcopy(base)
+        try:
+            apply(original)
+        except Unavailable as e:
+            results[name] = {"unavailable": str(e)}
+            continue
+        apply(kernelized)
+        mode = Mode.TRAINING if grad else Mode.INFERENCE
+        kernelized = example.kernelize_with_geglu(kernelized, mode=mode, layer=local_layer)
+        torch.manual_seed(5)  # the same input on every rank
+        x = torch.randn(2, seq, base.config.hidden_size, device=device, dtype=dtype)
+        if transform is not None:
+            x = transform(x)
+        r = {}
+        with torch.set_grad_enabled(grad):
+            x_ref = x.detach().requires_grad_(grad)
+            try:
+                y_ref = original.model.layers[0].mlp(x_ref)
+            except Exception as e:  # noqa: BLE001  (recorded: the kernelized model must raise it too)
+                results[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+                with count_fused_calls(kernelized) as (calls, _):
+                    try:
+                        kernelized.model.layers[0].mlp(x.detach())
+                        results[name]["error_kernelized"] = None
+                    except Exception as e:  # noqa: BLE001
+                        results[name]["error_kernelized"] = f"{type(e).__name__}: {e}".splitlines()[0]
+                results[name]["calls"] = calls
+                continue
+            if grad:
+                y_ref.sum().backward()
+            x_k = x.detach().requires_grad_(grad)
+            with count_fused_calls(kernelized) as (calls, shapes):
+                y = kernelized.model.layers[0].mlp(x_k)
+                if grad:
+                    y.sum().backward()
+        r["calls"], r["gate_weights"] = calls, shapes
+        r["output_type"], r["output_type_ref"] = type(y).__name__, type(y_ref).__name__
+        r["err"] = tt.rel_err(local_tensor(y), local_tensor(y_ref))
+        if grad:
+            r["x_grad_err"] = tt.rel_err(x_k.grad, x_ref.grad)
+            r["grad_err"] = grad_errors(
+                local_grads(kernelized.model.layers[0].mlp), local_grads(original.model.layers[0].mlp)
+            )
+        results[name] = r
+    return results
 
 
 def case_compile_fsdp2(device, dtype, size, steps=2):

@@ -20,8 +20,10 @@ When a module is configured in a way the fused kernels do not compute (another
 activation, quantized or mixed-dtype weights, autocast), `forward` computes exactly
 what the original module does, so kernelizing never changes a model's results.
 
-The activation layers run torch's GELU on a DTensor (no sharding rule for the native
-kernels).
+Under tensor parallelism (DTensor weights) the GeGLU blocks run the fused gate/up GEMM
+on this rank's weight shards where the plan is a standard column-wise one, and leave the
+reduction to the down projection's TP wrapper (_tensor_parallel.py); every other plan
+runs the module's own forward. The activation layers run torch's GELU on a DTensor.
 """
 
 import sys
@@ -30,6 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._tensor_parallel import local_gate_up
 from .activation import geglu_merged, gelu, gelu_tanh
 from .linear import geglu_linear, geglu_mlp_call, linear_bias_gelu
 
@@ -121,12 +124,29 @@ def _gated_gelu_mlp(x: torch.Tensor, gate, up, down, act, dropout=None) -> torch
             (w_gate, b_gate), (w_up, b_up), (w_down, b_down) = operands
             return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, None, approximate)
     gate_up = _linear_operands(x, gate, up)
-    if gate_up is None:
-        h = act(gate(x)) * up(x)
-    else:
+    if gate_up is not None:
         (w_gate, b_gate), (w_up, b_up) = gate_up
         h = geglu_linear(x, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
+    else:
+        # Tensor parallelism: gate/up column-sharded by a plan we know compute this rank's
+        # shard of h on their local weights (the fused GEMM, no gather); `down`, called
+        # below as the module's forward calls it, does the plan's reduction.
+        local = _tensor_parallel_gate_up(x, gate, up)
+        if local is None:
+            h = act(gate(x)) * up(x)
+        else:
+            x_local, w_gate, w_up, b_gate, b_up = local
+            h = geglu_linear(x_local, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
     return _dropout_down(h, down, dropout)
+
+
+def _tensor_parallel_gate_up(x: torch.Tensor, gate, up):
+    """_tensor_parallel.local_gate_up where x is one the kernels compute (dtype, no
+    autocast: as _linear_operands); None otherwise. Reached only where the plain
+    route did not serve, so plain weights pay nothing for it."""
+    if x.dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
+        return None
+    return local_gate_up(x, gate, up)
 
 
 def _dropout_down(h: torch.Tensor, down, dropout) -> torch.Tensor:
