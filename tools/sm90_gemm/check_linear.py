@@ -1,4 +1,4 @@
-"""Check and time the small-M Hopper linear (.sm90dev/liblinear_sm90.so, build_linear.sh)
+"""Check and time the small-M Hopper linear (.sm90dev/liblinear_sm90.so: build_lib.sh, see its header)
 against cuBLAS at the decode shapes of a GeGLU MLP, and the fused gate/up engine's
 small-M variants (.sm90dev/libgeglu_gemm_sm90.so, build.sh: variants 0-3 are the
 product's in either build) beside them.

@@ -13,7 +13,7 @@
 //            [M, N] residual / output the caller has (ColumnMajor in CUTLASS's terms).
 // The bias is per row of D (LinCombPerRowBias: a column broadcast, NULL reads as 0).
 //
-// Build: tools/sm90_gemm/build_linear.sh (-> .sm90dev/liblinear_sm90.so).
+// Build: tools/sm90_gemm/build_lib.sh tools/sm90_gemm/linear_sm90.cu liblinear_sm90.
 
 #include "linear_sm90.h"
 
