@@ -52,6 +52,13 @@ torch::Tensor fused_gate_up(torch::Tensor const &x, torch::Tensor const &w_gate,
                             c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
                             bool tanh);
 
+// The inference bias + GELU GEMM _linear_bias_gelu asks the backend for:
+// gelu(x @ weight.T + bias) as a new [M, N] tensor, or an undefined one where the
+// backend has no faster kernel for this call (the op then runs cuBLAS). Arguments are
+// checked by the caller; x is [M, K] with M, K > 0, weight [N, K], bias [N] or absent.
+torch::Tensor fused_linear_gelu(torch::Tensor const &x, torch::Tensor const &weight,
+                                c10::optional<torch::Tensor> const &bias, bool tanh);
+
 // CUDA only: the Hopper GEMM engine with the GeGLU in its epilogue
 // (geglu_kernels/cuda/geglu_linear_sm90.cpp); x [M, K], weights [hidden, K].
 torch::Tensor geglu_linear_sm90(torch::Tensor const &x, torch::Tensor const &w_gate, torch::Tensor const &w_up,

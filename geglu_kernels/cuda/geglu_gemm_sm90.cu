@@ -10,19 +10,17 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/gemm/gemm.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
-#include "cutlass/device_kernel.h"
 
 #include "geglu_gemm_sm90.cuh"
+#include "sm90_launcher.cuh"
 
 namespace geglu_sm90 {
 
@@ -48,7 +46,7 @@ struct GegluGemm {
   using Params = typename Kernel::Params;
 };
 
-struct LaunchArgs {
+struct LaunchArgs {  // the params-cache key: zeroed, padding included, before it is filled
   const void* x;
   int64_t M, K, ldx;
   const void* wg;
@@ -66,143 +64,44 @@ struct LaunchArgs {
 #endif
 };
 
-inline bool same_args(LaunchArgs const& a, LaunchArgs const& b) {
-  return std::memcmp(&a, &b, sizeof(LaunchArgs)) == 0;
-}
-
-// The CUDA error behind the last GEGLU_SM90_ERR_CUDA of this thread (cleared from the
-// runtime's last-error slot, so a fallback path does not see it).
-thread_local int g_last_cuda_error = 0;
-
-inline int cuda_fail(cudaError_t e) {
-  g_last_cuda_error = int(e);
-  cudaGetLastError();
-  return GEGLU_SM90_ERR_CUDA;
-}
-
-struct DeviceInfo {
-  int sm_count = 0;
-  int major = 0, minor = 0;
-};
-
-constexpr int kMaxDevices = 64;
-DeviceInfo g_devices[kMaxDevices];
-std::once_flag g_device_once[kMaxDevices];
-
-inline DeviceInfo const* device_info(int dev) {
-  if (dev < 0 || dev >= kMaxDevices) return nullptr;
-  std::call_once(g_device_once[dev], [dev] {
-    DeviceInfo d;
-    cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, dev);
-    cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cudaGetLastError();
-    g_devices[dev] = d;
-  });
-  return &g_devices[dev];
-}
-
-// Per kernel variant: the smem attribute (once per device) and a small cache of built
-// params (TMA descriptors are encoded on the host: ~microseconds each).
 template <class Gemm>
-struct Runner {
+int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
   using Kernel = typename Gemm::Kernel;
-  using Params = typename Gemm::Params;
-  static constexpr int kCache = 8;
-  struct Entry {
-    bool valid = false;
-    int device = -1;
-    LaunchArgs args{};
-    Params params{};
-  };
-
-  static int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
-    static std::atomic<bool> attr_set[kMaxDevices];
-    static std::mutex mu;
-    static Entry cache[kCache];
-    static int next_slot = 0;
-
-    if (!attr_set[device].load(std::memory_order_acquire)) {
-      int smem = Kernel::SharedStorageSize;
-      cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      if (e != cudaSuccess) return cuda_fail(e);
-      attr_set[device].store(true, std::memory_order_release);
-    }
-
-    Params params;
-    bool hit = false;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      for (auto& e : cache) {
-        if (e.valid && e.device == device && same_args(e.args, a)) {
-          params = e.params;
-          hit = true;
-          break;
-        }
-      }
-    }
-    if (!hit) {
-      using Element = typename Gemm::Epilogue::Element;
-      typename Kernel::Arguments args{};
-      args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-      args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
-      auto& ml = args.mainloop;
-      ml.ptr_A = static_cast<Element const*>(a.x);
-      ml.dA = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
-      ml.ptr_Bg = static_cast<Element const*>(a.wg);
-      ml.ptr_Bu = static_cast<Element const*>(a.wu);
-      ml.dB = make_stride(a.ldw, Int<1>{}, a.H * a.ldw);
-      auto& ep = args.epilogue;
-      ep.ptr_out = static_cast<Element*>(a.out);
-      ep.ldo = a.ldo;
-      ep.bias_g = static_cast<Element const*>(a.bg);
-      ep.bias_u = static_cast<Element const*>(a.bu);
-      ep.approximate = a.approximate;
+  using Element = typename Gemm::Epilogue::Element;
+  auto make_arguments = [device, sm_count](LaunchArgs const& a) {
+    typename Kernel::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
+    auto& ml = args.mainloop;
+    ml.ptr_A = static_cast<Element const*>(a.x);
+    ml.dA = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
+    ml.ptr_Bg = static_cast<Element const*>(a.wg);
+    ml.ptr_Bu = static_cast<Element const*>(a.wu);
+    ml.dB = make_stride(a.ldw, Int<1>{}, a.H * a.ldw);
+    auto& ep = args.epilogue;
+    ep.ptr_out = static_cast<Element*>(a.out);
+    ep.ldo = a.ldo;
+    ep.bias_g = static_cast<Element const*>(a.bg);
+    ep.bias_u = static_cast<Element const*>(a.bu);
+    ep.approximate = a.approximate;
 #ifdef GEGLU_SM90_TUNING_VARIANTS
-      ep.debug_nostore = a.nostore;
+    ep.debug_nostore = a.nostore;
 #endif
-      args.hw_info.device_id = device;
-      args.hw_info.sm_count = sm_count;
-      args.scheduler.max_swizzle_size = a.swizzle;
-      using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
-      args.scheduler.raster_order = a.raster == 1 ? Raster::AlongM : a.raster == 2 ? Raster::AlongN : Raster::Heuristic;
-      if (!Kernel::can_implement(args)) return GEGLU_SM90_ERR_CUTLASS;
-      if (Kernel::get_workspace_size(args) != 0) return GEGLU_SM90_ERR_CUTLASS;
-      params = Kernel::to_underlying_arguments(args, nullptr);
-      std::lock_guard<std::mutex> lock(mu);
-      Entry& e = cache[next_slot];
-      next_slot = (next_slot + 1) % kCache;
-      e.valid = true;
-      e.device = device;
-      e.args = a;
-      e.params = params;
-    }
-
-    dim3 grid = Kernel::get_grid_shape(params);
-    dim3 block = Kernel::get_block_shape();
-    constexpr int cluster_m = size<0>(typename Gemm::ClusterShape{});
-    constexpr int cluster_n = size<1>(typename Gemm::ClusterShape{});
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    if constexpr (cluster_m * cluster_n > 1) {
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = cluster_m;
-      attr[0].val.clusterDim.y = cluster_n;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-    }
-    void* kargs[] = {&params};
-    cudaError_t e = cudaLaunchKernelExC(&cfg, reinterpret_cast<void const*>(cutlass::device_kernel<Kernel>), kargs);
-    if (e != cudaSuccess) return cuda_fail(e);
-    return GEGLU_SM90_OK;
+    args.hw_info.device_id = device;
+    args.hw_info.sm_count = sm_count;
+    args.scheduler.max_swizzle_size = a.swizzle;
+    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.raster_order = a.raster == 1 ? Raster::AlongM : a.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+    return args;
+  };
+  constexpr int cm = size<0>(typename Gemm::ClusterShape{});
+  constexpr int cn = size<1>(typename Gemm::ClusterShape{});
+  switch (sm90_launcher::Runner<Kernel, cm, cn, LaunchArgs>::run(a, device, stream, make_arguments)) {
+    case sm90_launcher::Launch::kOk: return GEGLU_SM90_OK;
+    case sm90_launcher::Launch::kRejected: return GEGLU_SM90_ERR_CUTLASS;
+    default: return GEGLU_SM90_ERR_CUDA;
   }
-};
+}
 
 using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
@@ -234,7 +133,7 @@ int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStre
   switch (config) {
 #define GEGLU_SM90_CASE(id, name, bm, bn, sched, ...) \
   case id:                                            \
-    return Runner<GegluGemm<Element, bm, bn, sched, __VA_ARGS__>>::run(a, device, sm_count, stream);
+    return run<GegluGemm<Element, bm, bn, sched, __VA_ARGS__>>(a, device, sm_count, stream);
     GEGLU_SM90_VARIANTS(GEGLU_SM90_CASE)
 #undef GEGLU_SM90_CASE
     default:
@@ -281,7 +180,7 @@ const char* geglu_gemm_sm90_status_string(int status) {
   }
 }
 
-int geglu_gemm_sm90_last_cuda_error(void) { return geglu_sm90::g_last_cuda_error; }
+int geglu_gemm_sm90_last_cuda_error(void) { return sm90_launcher::last_cuda_error(); }
 
 int geglu_gemm_sm90_num_configs(void) { return geglu_sm90::kNumConfigs; }
 
@@ -333,15 +232,29 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
     cudaGetLastError();
     return GEGLU_SM90_ERR_DEVICE;
   }
-  geglu_sm90::DeviceInfo const* info = geglu_sm90::device_info(device);
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::device_info(device);
   if (info == nullptr || info->major != 9 || info->minor != 0) return GEGLU_SM90_ERR_DEVICE;
 
-  geglu_sm90::LaunchArgs a{x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo, approximate ? 1 : 0,
-                           swizzle, raster,
+  geglu_sm90::LaunchArgs a;
+  std::memset(&a, 0, sizeof a);
+  a.x = x;
+  a.M = M;
+  a.K = K;
+  a.ldx = ldx;
+  a.wg = w_gate;
+  a.wu = w_up;
+  a.ldw = ldw;
+  a.bg = b_gate;
+  a.bu = b_up;
+  a.out = out;
+  a.H = H;
+  a.ldo = ldo;
+  a.approximate = approximate ? 1 : 0;
+  a.swizzle = swizzle;
+  a.raster = raster;
 #ifdef GEGLU_SM90_TUNING_VARIANTS
-                           nostore
+  a.nostore = nostore;
 #endif
-  };
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (dtype == GEGLU_SM90_BF16) {
     return geglu_sm90::dispatch<cutlass::bfloat16_t>(variant, a, device, info->sm_count, s);

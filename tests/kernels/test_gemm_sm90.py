@@ -2,9 +2,11 @@
 `_geglu_linear_sm90`, on an sm_90 GPU only: gelu(x @ w_gate.T + b_gate) * (x @ w_up.T +
 b_up) against a float64 reference over a grid of token counts and sizes (tails of every
 tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
-weights; each of the three kernel variants the engine compiles, at the edges of the
+weights; each of the four kernel variants the engine compiles, at the edges of the
 shape pick that chooses them; > 2^31-element operands; the refusals (clear errors,
-never a wrong answer); and the route linear.py takes to it.
+never a wrong answer); and the route linear.py takes to it. Then the engine's bias +
+GELU GEMM (linear_gelu_sm90.cu) through linear_bias_gelu, and the table that routes
+that op to it.
 
 The op allocates its result: before each call the allocator is handed a NaN-filled
 block of the same size, which it usually gives back, so unwritten elements show.
@@ -236,3 +238,58 @@ def test_mlp_op_runs_the_engine_where_it_serves(sm90, kernel):
         ran_engine = any("geglu_sm90" in n for n in names)
         assert ran_engine == engine, (what, names)
         torch.testing.assert_close(y.double(), expected.to(y.device), atol=0.05, rtol=0.05)
+
+
+# ------------------------------------------------------------------ bias + GELU GEMM
+# linear_bias_gelu on sm_90 runs the engine's bias + GELU GEMM (linear_gelu_sm90.cu) where
+# geglu_kernels/cuda/mlp_kernels.cpp routes it: M > 128, bf16/fp16, aligned rows; the
+# exact GELU at any K, the tanh GELU at K <= 1600 (cuBLASLt's epilogue beyond).
+
+
+def linear_gelu_reference(x, w, b, approximate):
+    y = x.double() @ w.double().t() + (0 if b is None else b.double())
+    return F.gelu(y, approximate=approximate)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("mkn", [(129, 64, 64), (1000, 1000, 1000), (300, 1600, 136), (4096, 1024, 4096), (257, 2048, 520)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_linear_bias_gelu_engine_against_float64(sm90, kernel, mkn, approximate, dtype):
+    m, k, n = mkn
+    for i, with_bias in enumerate([True, False]):
+        x = rand((m, k), dtype, 81 + i)
+        w = rand((n, k), dtype, 83 + i, scale=k**-0.5)
+        b = rand((n,), dtype, 85 + i) if with_bias else None
+        if not with_bias and approximate == "tanh" and k > 1600:
+            continue  # the module's own linear + gelu: nothing of the engine to test
+        poison_allocator(m, n, dtype)
+        with torch.no_grad():
+            y = kernel.linear_bias_gelu(x, w, b, approximate=approximate)
+        assert y.shape == (m, n) and y.dtype == dtype
+        assert_close(y, linear_gelu_reference(x, w, b, approximate), dtype, k)
+
+
+@pytest.mark.parametrize(
+    "what,m,k,approximate,dtype,engine",
+    [
+        ("exact, 256 tokens", 256, 1024, "none", torch.bfloat16, True),
+        ("tanh, K 1600", 256, 1600, "tanh", torch.float16, True),
+        ("tanh, K 2048: cuBLASLt", 256, 2048, "tanh", torch.bfloat16, False),
+        ("128 tokens: cuBLAS", 128, 1024, "none", torch.bfloat16, False),
+        ("float32: cuBLAS", 256, 1024, "none", torch.float32, False),
+    ],
+)
+def test_linear_bias_gelu_runs_the_engine_where_it_serves(sm90, kernel, what, m, k, approximate, dtype, engine):
+    """The op _linear_bias_gelu picks its kernel in C++ by the measured table; the result
+    matches the float64 reference either way, and a call that needs gradients never
+    takes the engine (no derivative)."""
+    x, w, b = rand((m, k), dtype, 91), rand((512, k), dtype, 92, scale=k**-0.5), rand((512,), dtype, 93)
+    with torch.no_grad():
+        names = _cuda_kernel_names(lambda: kernel.linear_bias_gelu(x, w, b, approximate=approximate))
+        y = kernel.linear_bias_gelu(x, w, b, approximate=approximate)
+    assert any("bias_gelu_gemm" in n for n in names) == engine, (what, names)
+    torch.testing.assert_close(y.double(), linear_gelu_reference(x, w, b, approximate), atol=0.05, rtol=0.05)
+    xg = x.clone().requires_grad_()
+    names = _cuda_kernel_names(lambda: kernel.linear_bias_gelu(xg, w, b, approximate=approximate))
+    assert not any("bias_gelu_gemm" in n for n in names), (what, "with grad", names)

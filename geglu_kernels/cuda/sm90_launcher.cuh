@@ -1,0 +1,139 @@
+#pragma once
+// What the Hopper GEMM launchers share (geglu_gemm_sm90.cu, linear_gelu_sm90.cu): the
+// device query, the CUDA-error slot of the C ABIs, and the launch of a CUTLASS 3.x
+// GemmUniversal kernel with a small host-side cache of its built params (TMA
+// descriptors are encoded on the host, ~microseconds each; a decode step calls the
+// same shapes over and over).
+//
+// Host code; include after the CUTLASS headers.
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "cutlass/device_kernel.h"
+
+namespace sm90_launcher {
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int major = 0, minor = 0;
+};
+
+constexpr int kMaxDevices = 64;
+
+// Queried once per device; nullptr for an index out of range.
+inline DeviceInfo const* device_info(int dev) {
+  static DeviceInfo devices[kMaxDevices];
+  static std::once_flag once[kMaxDevices];
+  if (dev < 0 || dev >= kMaxDevices) return nullptr;
+  std::call_once(once[dev], [dev] {
+    DeviceInfo d;
+    cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaGetLastError();
+    devices[dev] = d;
+  });
+  return &devices[dev];
+}
+
+// The CUDA error behind a launcher's "CUDA error" status, per thread; cleared from the
+// runtime's last-error slot so that a fallback path does not see it.
+inline int& last_cuda_error() {
+  thread_local int error = 0;
+  return error;
+}
+
+inline void record_cuda_error(cudaError_t e) {
+  last_cuda_error() = int(e);
+  cudaGetLastError();
+}
+
+enum class Launch { kOk, kRejected, kCudaError };
+
+// Launches Kernel for `args` (a trivially copyable key, compared bytewise: zero it,
+// padding included, before filling it in). make_arguments(args) -> Kernel::Arguments
+// is called only on a cache miss. Kernels that need a workspace are rejected.
+template <class Kernel, int ClusterM, int ClusterN, class LaunchArgs>
+struct Runner {
+  using Params = typename Kernel::Params;
+  static constexpr int kCache = 8;
+  struct Entry {
+    bool valid = false;
+    int device = -1;
+    LaunchArgs args{};
+    Params params{};
+  };
+
+  template <class MakeArguments>
+  static Launch run(LaunchArgs const& a, int device, cudaStream_t stream, MakeArguments&& make_arguments) {
+    static std::atomic<bool> attr_set[kMaxDevices];
+    static std::mutex mu;
+    static Entry cache[kCache];
+    static int next_slot = 0;
+
+    if (!attr_set[device].load(std::memory_order_acquire)) {
+      cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(Kernel::SharedStorageSize));
+      if (e != cudaSuccess) {
+        record_cuda_error(e);
+        return Launch::kCudaError;
+      }
+      attr_set[device].store(true, std::memory_order_release);
+    }
+
+    Params params;
+    bool hit = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& e : cache) {
+        if (e.valid && e.device == device && std::memcmp(&e.args, &a, sizeof(LaunchArgs)) == 0) {
+          params = e.params;
+          hit = true;
+          break;
+        }
+      }
+    }
+    if (!hit) {
+      typename Kernel::Arguments args = make_arguments(a);
+      if (!Kernel::can_implement(args)) return Launch::kRejected;
+      if (Kernel::get_workspace_size(args) != 0) return Launch::kRejected;
+      params = Kernel::to_underlying_arguments(args, nullptr);
+      std::lock_guard<std::mutex> lock(mu);
+      Entry& e = cache[next_slot];
+      next_slot = (next_slot + 1) % kCache;
+      e.valid = true;
+      e.device = device;
+      e.args = a;
+      e.params = params;
+    }
+
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = Kernel::get_grid_shape(params);
+    cfg.blockDim = Kernel::get_block_shape();
+    cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    if constexpr (ClusterM * ClusterN > 1) {
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = ClusterM;
+      attr[0].val.clusterDim.y = ClusterN;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+    }
+    void* kargs[] = {&params};
+    cudaError_t e = cudaLaunchKernelExC(&cfg, reinterpret_cast<void const*>(cutlass::device_kernel<Kernel>), kargs);
+    if (e != cudaSuccess) {
+      record_cuda_error(e);
+      return Launch::kCudaError;
+    }
+    return Launch::kOk;
+  }
+};
+
+}  // namespace sm90_launcher
