@@ -96,11 +96,8 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
   };
   constexpr int cm = size<0>(typename Gemm::ClusterShape{});
   constexpr int cn = size<1>(typename Gemm::ClusterShape{});
-  switch (sm90_launcher::Runner<Kernel, cm, cn, LaunchArgs>::run(a, device, stream, make_arguments)) {
-    case sm90_launcher::Launch::kOk: return GEGLU_SM90_OK;
-    case sm90_launcher::Launch::kRejected: return GEGLU_SM90_ERR_CUTLASS;
-    default: return GEGLU_SM90_ERR_CUDA;
-  }
+  return sm90_launcher::status_of(
+      sm90_launcher::Runner<Kernel, cm, cn, LaunchArgs>::run(a, device, stream, make_arguments));
 }
 
 using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -228,12 +225,8 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   const int swizzle = swz_code == 0 ? 1 : 1 << (swz_code - 1);
 
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return GEGLU_SM90_ERR_DEVICE;
-  }
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::device_info(device);
-  if (info == nullptr || info->major != 9 || info->minor != 0) return GEGLU_SM90_ERR_DEVICE;
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
 
   geglu_sm90::LaunchArgs a;
   std::memset(&a, 0, sizeof a);

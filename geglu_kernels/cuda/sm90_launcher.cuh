@@ -15,6 +15,8 @@
 
 #include "cutlass/device_kernel.h"
 
+#include "geglu_gemm_sm90.h"  // the status codes both C ABIs return
+
 namespace sm90_launcher {
 
 struct DeviceInfo {
@@ -38,6 +40,17 @@ inline DeviceInfo const* device_info(int dev) {
     devices[dev] = d;
   });
   return &devices[dev];
+}
+
+// The current device when it is compute capability 9.0 (its index in *device), else
+// nullptr (the caller returns GEGLU_SM90_ERR_DEVICE).
+inline DeviceInfo const* current_sm90_device(int* device) {
+  if (cudaGetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  DeviceInfo const* info = device_info(*device);
+  return info != nullptr && info->major == 9 && info->minor == 0 ? info : nullptr;
 }
 
 // The CUDA error behind a launcher's "CUDA error" status, per thread; cleared from the
@@ -135,5 +148,13 @@ struct Runner {
     return Launch::kOk;
   }
 };
+
+inline int status_of(Launch launch) {
+  switch (launch) {
+    case Launch::kOk: return GEGLU_SM90_OK;
+    case Launch::kRejected: return GEGLU_SM90_ERR_CUTLASS;
+    default: return GEGLU_SM90_ERR_CUDA;
+  }
+}
 
 }  // namespace sm90_launcher
