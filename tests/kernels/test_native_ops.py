@@ -179,6 +179,60 @@ def test_extreme_values(ops, device, approximate):
     assert_close(grad_gate, gelu_grad_ref(x, approximate), torch.float32)
 
 
+def test_bfloat16_rounding_and_nan(cpu_kernel):
+    """bfloat16 results are the float32 results rounded to nearest, ties to even (as
+    torch rounds), with NaN kept NaN, in the vector body and the scalar tail alike.
+
+    gelu_tanh(96) is exactly 96 in float32 and its slope exactly 1, so every product
+    below is exact in float32 and only its rounding to bfloat16 decides the result.
+    96 (1 + 2^-7) = 96.75 lies halfway between 96.5 and 97 (to even: 97) and
+    96 (1 + 3 * 2^-7) = 98.25 halfway between 98 and 98.5 (to even: 98)."""
+    ops = native_ops(cpu_kernel)
+    width = 2 * 32 + 5  # vector steps of every ISA, then a scalar tail
+    gate = torch.full((2, width), 96.0, dtype=torch.bfloat16)
+    gate[0, 3] = gate[1, 40] = gate[1, width - 2] = float("nan")
+    up = randn((2, width), torch.bfloat16, "cpu", 23)
+    up[:, ::3] = 1 + 2**-7
+    up[:, 1::3] = 1 + 3 * 2**-7
+    dy = randn((2, width), torch.bfloat16, "cpu", 24)
+    dy[:, ::4] = 1 + 3 * 2**-7
+
+    def expect(*factors):
+        product = torch.ones(gate.shape, dtype=torch.float32)
+        for f in factors:
+            product = product * f.float()
+        return product.where(~gate.isnan(), float("nan")).bfloat16()
+
+    def same(actual, expected):
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
+
+    assert expect(gate, up)[0, 0] == 97 and expect(gate, up)[0, 1] == 98  # the ties
+    same(ops.geglu(gate, up, "tanh"), expect(gate, up))
+    out = poisoned_like(gate)
+    ops.gelu_tanh_and_mul(out, torch.cat([gate, up], dim=-1))
+    same(out, expect(gate, up))
+    grad_gate, grad_up = ops.geglu_backward(dy, gate, up, "tanh")
+    same(grad_gate, expect(dy, up))
+    same(grad_up, expect(dy, gate))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_large_outputs(cpu_kernel, dtype):
+    """Fresh outputs of several MiB, whose whole 2 MiB pages the CPU kernels advise as
+    transparent huge pages before writing them."""
+    ops = native_ops(cpu_kernel)
+    shape = (768, 3080)  # 4.7 MB in bfloat16
+    gate, up, dy = (randn(shape, dtype, "cpu", seed) for seed in (25, 26, 27))
+    for approximate in APPROXIMATE:
+        assert_close(ops.geglu(gate, up, approximate), gelu_ref(gate, approximate) * up.double(), dtype)
+        grad_gate, grad_up = ops.geglu_backward(dy, gate, up, approximate)
+        assert_close(grad_gate, dy.double() * up.double() * gelu_grad_ref(gate, approximate), dtype)
+        assert_close(grad_up, dy.double() * gelu_ref(gate, approximate), dtype)
+    out = poisoned_like(gate)
+    ops.gelu(out, gate)
+    assert_close(out, gelu_ref(gate, "none"), dtype)
+
+
 def test_gelu_in_place(ops, device):
     x = randn((3, 77), torch.float32, device, 16)
     expected = gelu_ref(x, "tanh")
