@@ -165,6 +165,12 @@ def _archs(meta: dict | None) -> set[str]:
     return set(((meta or {}).get("backend") or {}).get("archs") or [])
 
 
+def _lost_archs(old: set[str], new: set[str]) -> set[str]:
+    """Archs an old build served that a new one does not; `X+PTX` serves X as well
+    (SASS for X plus PTX), so X -> X+PTX loses nothing, while X+PTX -> X loses the PTX."""
+    return {a for a in old - new if a.removesuffix("+PTX") + "+PTX" not in new}
+
+
 def plan_release(
     local: Mapping[str, LocalVariant],
     remote: BranchState,
@@ -277,7 +283,7 @@ def plan_release(
             plan.actions.append(FileAction("remove", prefix + f, v, "not in the new build of this variant"))
             changed = True
         plan.variants[v] = "replace" if changed else "unchanged"
-        lost = _archs(rv.metadata) - _archs(lv.metadata)
+        lost = _lost_archs(_archs(rv.metadata), _archs(lv.metadata))
         if lost:
             breaking("drops-variant", f"{v}: the new build lacks CUDA archs {sorted(lost)} that {branch} serves now")
     for v in sorted(set(remote.variants) - set(local)):

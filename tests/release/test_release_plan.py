@@ -171,6 +171,16 @@ def test_refuses_to_drop_cuda_archs_of_a_replaced_variant():
     assert codes(p) == ["drops-variant"] and "10.0" in p.refusals[0].message
 
 
+def test_ptx_entry_keeps_the_arch_it_extends():
+    """build.toml's 8.0 became 8.0+PTX (SASS for 8.0 and the PTX): nothing is lost; the
+    reverse drops the PTX that newer GPUs ran."""
+    old = remote_of(local_variant(CU130, archs=["8.0", "9.0a"]))
+    assert codes(plan([local_variant(CU130, archs=["7.5", "8.0+PTX", "9.0a"], commit=COMMIT_B)], branch(old))) == []
+    old = remote_of(local_variant(CU130, archs=["8.0+PTX", "9.0a"]))
+    p = plan([local_variant(CU130, archs=["8.0", "9.0a"], commit=COMMIT_B)], branch(old))
+    assert codes(p) == ["drops-variant"] and "8.0+PTX" in p.refusals[0].message
+
+
 def _edited(name, **files):
     return local_variant(name, variant_files(name, **files), commit=COMMIT_B)
 
