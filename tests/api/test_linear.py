@@ -276,7 +276,10 @@ def test_geglu_mlp_forward_backward(kernel, case, mlp_route):
         y = kernel.geglu_mlp(x, wg, wu, wd, biases=biases, residual=res, approximate="tanh")
         got = grads_of(y, dy, [x, wg, wu, wd, bg, bu, bd, res])
     names = {type(y.grad_fn).__name__} | {type(f).__name__ for f, _ in y.grad_fn.next_functions if f is not None}
-    assert ("CppFunction" in names) == (mlp_route == "native"), names
+    # The native op's backward: the version-tied build's C++ node, or the stable-ABI
+    # build's `_geglu_mlp_train` with its autograd registered from Python.
+    native_node = "CppFunction" in names or any("_geglu_mlp_train" in n for n in names)
+    assert native_node == (mlp_route == "native"), names
 
     r = [ref64(t) for t in (x, wg, wu, wd, bg, bu, bd, res)]
     rx, rwg, rwu, rwd, rbg, rbu, rbd, rres = r
@@ -383,7 +386,9 @@ def routes(kernel, monkeypatch):
     calls = []
     monkeypatch.setattr(lin, "F", _Recorder(F, {"linear"}, calls))
     monkeypatch.setattr(lin, "torch", _Recorder(torch, {"_addmm_activation", "addmm"}, calls))
-    monkeypatch.setattr(lin, "ops", _Recorder(lin.ops, {"_geglu_mlp", "_linear_bias_gelu", "_geglu_linear_fused"}, calls))
+    monkeypatch.setattr(
+        lin, "ops", _Recorder(lin.ops, {"_geglu_mlp", "_geglu_mlp_train", "_linear_bias_gelu", "_geglu_linear_fused"}, calls)
+    )
     impl = lin._fused_gate_up_impl
 
     def fused(*args):
@@ -409,8 +414,13 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
     fused = ["_fused_gate_up_impl"] if cuda else ["linear", "linear"]
     fused_merged = ["_fused_gate_up_impl"] if cuda else ["linear"]
 
+    # Calls that need gradients: `_geglu_mlp_train` on the stable-ABI build (autograd
+    # registered from Python), `_geglu_mlp` with its C++ node on the version-tied one.
+    train_op = "_geglu_mlp_train" if lin._NATIVE_MLP_TRAIN else "_geglu_mlp"
+
     def check(native):
         mlp = (lambda python: ["_geglu_mlp"]) if native else (lambda python: python)
+        mlp_grad = (lambda python: [train_op]) if native else (lambda python: python)
         lbg = (lambda python: ["_linear_bias_gelu"]) if native else (lambda python: python)
         cases = [
             ("linear_bias", lambda: kernel.linear_bias(x, wg, b), ["linear"]),
@@ -423,9 +433,9 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
             ("geglu_linear merged, grad", lambda: kernel.geglu_linear(req(x), wm), ["linear"]),
             ("geglu_mlp", lambda: kernel.geglu_mlp(x, wg, wu, wd), mlp(fused + ["linear"])),
             ("geglu_mlp + residual", lambda: kernel.geglu_mlp(x, wm, None, wd, residual=x), mlp(fused_merged + ["addmm"])),
-            ("geglu_mlp, grad", lambda: kernel.geglu_mlp(req(x), wg, wu, wd), mlp(["linear"] * 3)),
+            ("geglu_mlp, grad", lambda: kernel.geglu_mlp(req(x), wg, wu, wd), mlp_grad(["linear"] * 3)),
             # only the residual needs grad: the gate/up half takes its inference route
-            ("geglu_mlp, residual grad", lambda: kernel.geglu_mlp(x, wm, None, wd, residual=req(x)), mlp(fused_merged + ["addmm"])),
+            ("geglu_mlp, residual grad", lambda: kernel.geglu_mlp(x, wm, None, wd, residual=req(x)), mlp_grad(fused_merged + ["addmm"])),
             # an empty problem needing grad: the composition (autograd over torch's GEMMs)
             ("geglu_mlp, empty, grad", lambda: kernel.geglu_mlp(req(x[:0]), wg, wu, wd), ["linear"] * 3),
         ]
@@ -737,6 +747,21 @@ def test_opcheck_native_training_mlp(kernel):
     res = rand((5, 40), dtype, seed=8)
     wm = torch.cat([wg, wu])
     op = kernel._ops.ops._geglu_mlp.default
+    # The stable-ABI build trains through `_geglu_mlp_train` (autograd registered from
+    # Python); `_geglu_mlp` itself serves calls without gradients there.
+    train = kernel.linear._NATIVE_MLP_TRAIN
+    if train:
+        torch.library.opcheck(op, (x, wg, wu, wd, b24, None, b40, res, "tanh"))
+        torch.library.opcheck(op, (x, wm, None, wd, None, b24, b40, None, "none"))
+        op = kernel._ops.ops._geglu_mlp_train.default
+        # Its backward, one native call (bit i of `needs`: x, w_gate, w_up, w_down, b_gate, b_up, b_down).
+        bwd = kernel._ops.ops._geglu_mlp_backward.default
+        with torch.no_grad():
+            y, pre, h = op(x, wg, wu, wd, b24, b24, b40, None, "tanh")
+            ym, prem, hm = op(x, wm, None, wd, b48, None, None, None, "none")
+        torch.library.opcheck(bwd, (torch.ones_like(y), x, wg, wu, wd, b24, pre, h, 0b1111111, "tanh"))
+        torch.library.opcheck(bwd, (torch.ones_like(ym), x, wm, None, wd, b48, prem, hm, 0b0011011, "none"))
+        torch.library.opcheck(bwd, (torch.ones_like(y), x, wg, wu, wd, None, pre, h, 0b0001000, "tanh"))
     for args in (
         (L(x), L(wg), L(wu), L(wd), L(b24), None, L(b40), L(res), "tanh"),
         (L(x), L(wm), None, L(wd), L(b48), None, None, None, "none"),

@@ -74,6 +74,7 @@ def _names():
         "torch213-cxx11-cu126-x86_64-linux",
         "torch211-cxx11-cpu-x86_64-linux",
         "torch213-cxx11-cpu-x86_64-linux",
+        "torch-stable-abi210-cpu-x86_64-linux",
         NOARCH,
     ]
     return sorted(set(built) | set(extra))
@@ -124,7 +125,14 @@ def test_torch_cuda_chosen_when_no_compiled_variant_fits(cuda, torch_version):
 def test_cpu_backend_never_picks_torch_cuda():
     from kernels.backends import CPU
 
-    assert _resolve(_names(), CPU(), "2.13")[0] == "torch213-cxx11-cpu-x86_64-linux"
+    # The stable-ABI CPU variant (build.toml [torch.stable-abi]) comes first on every
+    # torch from 2.10 on; the version-tied name of the same build stays for older kernels.
+    stable = "torch-stable-abi210-cpu-x86_64-linux"
+    assert _resolve(_names(), CPU(), "2.13")[:2] == [stable, "torch213-cxx11-cpu-x86_64-linux"]
+    assert _resolve(_names(), CPU(), "2.15")[0] == stable
+    assert _resolve(_names(), CPU(), "2.10")[0] == stable
+    assert stable not in _resolve(_names(), CPU(), "2.9")
+    assert _resolve([n for n in _names() if n != stable], CPU(), "2.13")[0] == "torch213-cxx11-cpu-x86_64-linux"
     assert NOARCH not in _resolve(_names(), CPU(), "2.13")
     assert NOARCH not in _resolve(_names(), CPU(), "2.12")
     assert not [n for n in _resolve(_names(), CPU(), "2.12") if n.startswith("torch2")]

@@ -21,7 +21,15 @@ from release_fakes import COMMIT_A, COMMIT_B  # also puts the repository root on
 from tools import publish as publish_mod
 from tools.build import NOARCH_VARIANT, REPO, read_config, variant_name
 from tools.release_api import describe_api
-from tools.variants import Bounds, Machine, load_versions, local_machine, required_variants, why_not_local
+from tools.variants import (
+    BUILDER_ALIAS,
+    Bounds,
+    Machine,
+    load_versions,
+    local_machine,
+    required_variants,
+    why_not_local,
+)
 
 LOCAL_CPU = variant_name("cpu")  # e.g. torch213-cxx11-cpu-x86_64-linux
 REPO_ID = read_config(REPO).repo_id
@@ -33,7 +41,9 @@ VERSION = read_config(REPO).version
 
 def test_required_variants_are_the_release_matrix():
     names = {v.name for v in required_variants(read_config(REPO), load_versions())}
-    expected = {"torch-cuda"}
+    # The CPU backend is built on torch's stable ABI: one variant per platform, which the
+    # version-tied CPU names of the matrix copy (tools/variants.py, BUILDER_ALIAS).
+    expected = {"torch-cuda", "torch-stable-abi210-cpu-x86_64-linux", "torch-stable-abi210-cpu-aarch64-linux"}
     for t in ("212", "213"):
         for arch in ("x86_64", "aarch64"):
             expected.add(f"torch{t}-cxx11-cpu-{arch}-linux")
@@ -43,6 +53,11 @@ def test_required_variants_are_the_release_matrix():
     # CUDA 12.6's nvcc knows no Blackwell: those archs are left out of the cu126 variants.
     assert "10.0" not in caps["torch213-cxx11-cu126-x86_64-linux"]
     assert "10.0" in caps["torch213-cxx11-cu130-x86_64-linux"]
+    by_name = {v.name: v for v in required_variants(read_config(REPO), load_versions())}
+    for t in ("212", "213"):
+        for arch in ("x86_64", "aarch64"):
+            alias = by_name[f"torch{t}-cxx11-cpu-{arch}-linux"]
+            assert alias.builder == BUILDER_ALIAS and alias.alias_of == f"torch-stable-abi210-cpu-{arch}-linux"
 
 
 def test_build_toml_bounds_narrow_the_matrix():
@@ -70,9 +85,9 @@ def test_variants_cli_json_marks_what_this_machine_builds():
     res = subprocess.run([sys.executable, "-m", "tools.variants", "--json"], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)["variants"]
-    assert len(rows) == 17
+    assert len(rows) == 19
     local = {r["name"] for r in rows if r["local"]}
-    assert {LOCAL_CPU, NOARCH_VARIANT} <= local
+    assert {LOCAL_CPU, "torch-stable-abi210-cpu-x86_64-linux", NOARCH_VARIANT} <= local
     assert all(r["local_reason"] for r in rows if not r["local"])
 
 

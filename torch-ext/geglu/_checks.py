@@ -164,7 +164,8 @@ def check_vector(name: str, t, x: torch.Tensor, shape) -> None:
     check_tensor(name, t)
     check_same_dtype(name, t, "x", x)
     check_same_device(name, t, "x", x)
-    check_shape(name, t, (shape,) if isinstance(shape, int) else shape)
+    # A length is an int, or a SymInt under torch.compile's dynamic shapes.
+    check_shape(name, t, (shape,) if isinstance(shape, (int, torch.SymInt)) else shape)
 
 
 def check_gate_up(x: torch.Tensor, w_gate, w_up, b_gate, b_up) -> int:

@@ -6,9 +6,10 @@ leading dimensions (flattened to [tokens, in_features]). Every function validate
 its arguments once and is differentiable (x, weights, biases, residual).
 
 On a compiled variant geglu_mlp and linear_bias_gelu are one native op call each
-(`_geglu_mlp`: torch-ext/geglu_mlp.cpp, `_linear_bias_gelu`: torch-ext/linear_bias_gelu.cpp),
-which check the arguments (torch-ext/gemm_checks.h: the messages of _checks.py) and
-pick the kernels in C++; what follows is the Python route they replace, which the
+(`_geglu_mlp`: torch-ext/geglu_mlp.cpp, `_linear_bias_gelu`: torch-ext/linear_bias_gelu.cpp;
+the stable-ABI CPU build: torch-ext/stable/, with `_geglu_mlp_train` for calls that need
+gradients), which check the arguments (torch-ext/gemm_checks.h: the messages of
+_checks.py) and pick the kernels in C++; what follows is the Python route they replace, which the
 noarch (Triton-only) variant, tensor subclasses and torch.compile with gradients take.
 
 Routes (why each one wins, with the measurements: docs/DESIGN.md):
@@ -34,6 +35,7 @@ of [2*hidden], b_up None) or split. `_split_gate_up` turns that into separate vi
 """
 
 import importlib.util
+import math
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -228,6 +230,78 @@ if _NATIVE_MLP_DEVICE_TYPES:
         pass
 
 
+# The stable-ABI build (the CPU variant) trains through `_geglu_mlp_train`, whose
+# autograd formula is registered here: the stable ABI has no autograd, so the C++ node
+# of the version-tied build (torch-ext/geglu_mlp.cpp) becomes this Python backward, the
+# same kernels in the same order. Only calls that need a gradient take it
+# (geglu_mlp_call): `_geglu_mlp` has no Python autograd kernel, which every inference
+# call would pay (docs/DESIGN.md, "Stable ABI").
+_NATIVE_MLP_TRAIN = bool(_NATIVE_MLP_DEVICE_TYPES) and hasattr(ops, "_geglu_mlp_train")
+
+
+def _geglu_mlp_train_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
+    _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+    hidden = w_down.shape[1]
+    m = math.prod(x.shape[:-1])
+    return (
+        x.new_empty((*x.shape[:-1], w_down.shape[0])),
+        x.new_empty((m, 2 * hidden)),
+        x.new_empty((m, hidden)),
+    )
+
+
+def _geglu_mlp_train_setup(ctx, inputs, output) -> None:
+    x, w_gate, w_up, w_down, b_gate, b_up, _b_down, _residual, approximate = inputs
+    _y, pre, h = output
+    ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, b_up, pre, h)
+    ctx.approximate = approximate
+    ctx.mark_non_differentiable(pre, h)
+    ctx.set_materialize_grads(False)
+
+
+def _geglu_mlp_train_backward(ctx, grad, _grad_pre, _grad_h):
+    """The backward of the version-tied build's C++ node (torch-ext/geglu_mlp.cpp), as one
+    native call (`_geglu_mlp_backward`: the GeGLU backward kernel on the saved
+    pre-activations, torch's GEMMs for the rest); the residual's gradient is grad."""
+    if grad is None:
+        return (None,) * 9
+    x, w_gate, w_up, w_down, b_gate, _b_up, pre, h = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    needs = sum(1 << i for i in range(7) if need[i])
+    g = grad.reshape(-1, grad.shape[-1])
+    if not g.is_contiguous():
+        g = g.contiguous()
+    grads = ops._geglu_mlp_backward.default(g, _flatten_tokens(x), w_gate, w_up, w_down, b_gate, pre, h, needs, ctx.approximate)
+    dx = grads[0] if grads[0] is None or x.dim() == 2 else grads[0].view(x.shape)
+    return (dx, *grads[1:], grad if need[7] else None, None)
+
+
+def _geglu_mlp_backward_fake(grad, x, w_gate, w_up, w_down, b_gate, pre, h, needs, approximate):
+    hidden = w_down.shape[1]
+    merged_bias = b_gate is not None and b_gate.shape[0] == 2 * hidden
+    shapes = (
+        x.shape,
+        w_gate.shape,
+        None if w_up is None else w_up.shape,
+        w_down.shape,
+        (2 * hidden,) if merged_bias else (hidden,),
+        None if merged_bias else (hidden,),
+        (grad.shape[-1],),
+    )
+    out = [grad.new_empty(shape) if needs >> i & 1 and shape is not None else None for i, shape in enumerate(shapes)]
+    return tuple(out)
+
+
+if _NATIVE_MLP_TRAIN and not torch._C._dispatch_has_kernel_for_dispatch_key(
+    add_op_namespace_prefix("_geglu_mlp_train"), "Autograd"
+):  # a second import of the same build finds them registered
+    torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_fake)
+    torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_backward"), _geglu_mlp_backward_fake)
+    torch.library.register_autograd(
+        add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_backward, setup_context=_geglu_mlp_train_setup
+    )
+
+
 def _native_call(x, tensors, approximate: str) -> bool:
     """Whether a call runs as the native op, which checks its own arguments: x's device
     has one, every argument is a plain tensor (or None: anything else takes the Python
@@ -337,12 +411,16 @@ def geglu_mlp(
 def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
     """geglu_mlp with the biases as arguments: the layers' entry (no tuple to build)."""
     tensors = (w_gate, w_up, w_down, b_gate, b_up, b_down, residual)
-    # An empty problem that needs gradients: the composition (autograd over torch's GEMMs).
-    if _native_call(x, tensors, approximate) and not (
-        _needs_grad(x, *tensors) and 0 in (x.numel(), w_gate.numel(), w_down.numel())
-    ):
+    if _native_call(x, tensors, approximate):
+        grad = _needs_grad(x, *tensors)
         # .default: the overload itself, without the packet's overload resolution per call.
-        return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+        if not grad:
+            return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+        # An empty problem that needs gradients: the composition (autograd over torch's GEMMs).
+        if 0 not in (x.numel(), w_gate.numel(), w_down.numel()):
+            if _NATIVE_MLP_TRAIN:
+                return ops._geglu_mlp_train.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)[0]
+            return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     x2 = _flatten_tokens(x)
     res = None if residual is None else _flatten_tokens(residual)

@@ -1,0 +1,192 @@
+#pragma once
+// The ATen ops the per-layer ops run (GEMMs, allocation, views), called through torch's
+// stable ABI: torch::stable ops where torch/csrc/stable/ops.h has them, else the
+// dispatcher's boxed entry (torch_call_dispatcher, torch >= 2.10) with the op's
+// arguments as StableIValues. The boxed entry converts only what the stable ABI can
+// carry (no Scalar), so ops with Scalar arguments (addmm's beta/alpha, add's alpha) are
+// reached through Scalar-free ones: aten::linear for x @ w.T + bias (which runs addmm
+// itself, the bias as beta=1 input, and takes a 2-d "bias" such as a residual), and
+// torch::stable::subtract with alpha = -1 for a + b.
+//
+// Calls go through the dispatcher from the top, as at:: calls do: under torch.compile
+// or fake tensors they reach the ops' fake implementations.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+namespace geglu_stable::aten {
+
+using torch::stable::Tensor;
+namespace sd = torch::stable::detail;
+
+template <size_t N>
+inline Tensor call(const char *op, const char *overload, std::array<StableIValue, N> &stack) {
+  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher(op, overload, stack.data(), TORCH_ABI_VERSION));
+  return sd::to<Tensor>(stack[0]);
+}
+
+// a @ b
+inline Tensor mm(const Tensor &a, const Tensor &b) {
+  std::array<StableIValue, 2> s{sd::from(a), sd::from(b)};
+  return call("aten::mm", "", s);
+}
+
+// out = a @ b (out: a [M, N] view whose row stride is the GEMM's ldc)
+inline void mm_out(Tensor &out, const Tensor &a, const Tensor &b) {
+  std::array<StableIValue, 3> s{sd::from(a), sd::from(b), sd::from(out)};
+  call("aten::mm", "out", s);
+}
+
+// x @ w.T + bias. 2-d x with a bias runs addmm(bias, x, w.t()).
+inline Tensor linear(const Tensor &x, const Tensor &w, const std::optional<Tensor> &bias) {
+  std::array<StableIValue, 3> s{sd::from(x), sd::from(w), sd::from(bias)};
+  return call("aten::linear", "", s);
+}
+
+inline Tensor t(const Tensor &a) { return torch::stable::transpose(a, 0, 1); }
+
+inline Tensor narrow(const Tensor &a, int64_t dim, int64_t start, int64_t length) {
+  Tensor self = a;  // ops.h takes a non-const reference; a copy shares the tensor
+  return torch::stable::narrow(self, dim, start, length);
+}
+
+// a + b, exact (subtract's alpha = -1 multiplies by -1).
+inline Tensor add(const Tensor &a, const Tensor &b) { return torch::stable::subtract(a, b, -1.0); }
+
+inline Tensor empty(torch::headeronly::IntHeaderOnlyArrayRef size, const Tensor &like) {
+  return torch::stable::new_empty(like, size);
+}
+
+inline Tensor zeros_like(const Tensor &like) { return torch::stable::new_zeros(like, like.sizes()); }
+
+inline Tensor view(const Tensor &a, torch::headeronly::IntHeaderOnlyArrayRef size) {
+  return torch::stable::view(a, size);
+}
+
+inline Tensor reshape(const Tensor &a, torch::headeronly::IntHeaderOnlyArrayRef size) {
+  return torch::stable::reshape(a, size);
+}
+
+// torch.cat([a, b]) along dim 0.
+inline Tensor cat0(const Tensor &a, const Tensor &b) {
+  std::vector<Tensor> ts{a, b};
+  std::array<StableIValue, 2> s{sd::from(ts), sd::from(int64_t{0})};
+  return call("aten::cat", "", s);
+}
+
+// gelu(a, approximate)
+inline Tensor gelu(const Tensor &a, const std::string &approximate) {
+  std::array<StableIValue, 2> s{sd::from(a), sd::from(approximate)};
+  return call("aten::gelu", "", s);
+}
+
+}  // namespace geglu_stable::aten
+
+// ---------------------------------------------------------------------------------
+// The GEMMs of a backend kernel (_geglu_mlp, _geglu_mlp_train: real tensors of this
+// build's device, below the dispatcher): AOTInductor's C shim of the backend's own
+// kernels (torch/csrc/inductor/aoti_torch/generated/c_shim_<device>.h, the C ABI that
+// AOTInductor-compiled models call; its functions are kept across releases), which
+// runs the device's structured kernel directly: no dispatcher lookup by name, no boxing,
+// no autograd layer. Through torch_call_dispatcher, the same _geglu_mlp call cost about
+// 3x the host time of the version-tied build's at:: calls (docs/DESIGN.md, "Stable ABI").
+#if defined(CPU_KERNEL)
+#include <torch/csrc/inductor/aoti_torch/generated/c_shim_cpu.h>
+#define GEGLU_DEVICE_SHIM(name) aoti_torch_cpu_##name
+#elif defined(CUDA_KERNEL)
+#include <torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h>
+#define GEGLU_DEVICE_SHIM(name) aoti_torch_cuda_##name
+#endif
+
+#if defined(GEGLU_DEVICE_SHIM)
+namespace geglu_stable::device {
+
+using torch::stable::Tensor;
+
+// A new contiguous tensor of `sizes` with the dtype and device of `like`:
+// aoti_torch_empty_strided, the allocator without the dispatcher (the stable
+// new_empty goes through at::new_empty's dispatch, autograd layer included).
+inline Tensor empty(torch::headeronly::IntHeaderOnlyArrayRef sizes, const Tensor &like) {
+  constexpr size_t kMaxDim = 8;
+  STD_TORCH_CHECK(sizes.size() <= kMaxDim, "geglu: more than 8 dimensions");
+  int64_t strides[kMaxDim];
+  int64_t step = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = step;
+    step *= sizes[i] > 1 ? sizes[i] : 1;
+  }
+  int32_t dtype = 0, device_type = 0, device_index = 0;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(like.get(), &device_index));
+  AtenTensorHandle ret = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<int64_t>(sizes.size()), sizes.data(), strides,
+                                                         dtype, device_type, device_index, &ret));
+  return Tensor(ret);
+}
+
+// A view of t's storage with these sizes and strides (aoti_torch__reinterpret_tensor:
+// no dispatcher, no autograd view tracking; the views below never leave a kernel).
+inline Tensor restride(const Tensor &t, int64_t ndim, const int64_t *sizes, const int64_t *strides, int64_t offset) {
+  AtenTensorHandle ret = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch__reinterpret_tensor(t.get(), ndim, sizes, strides, offset, &ret));
+  return Tensor(ret);
+}
+
+// w.t() of a 2-d tensor.
+inline Tensor t(const Tensor &w) {
+  const int64_t sizes[2] = {w.size(1), w.size(0)};
+  const int64_t strides[2] = {w.stride(1), w.stride(0)};
+  return restride(w, 2, sizes, strides, w.storage_offset());
+}
+
+// a.narrow(dim, start, length) of a 1-d or 2-d tensor.
+inline Tensor narrow(const Tensor &a, int64_t dim, int64_t start, int64_t length) {
+  const int64_t ndim = a.dim();
+  STD_TORCH_CHECK(ndim == 1 || ndim == 2, "geglu: narrow of a ", ndim, "-d tensor");
+  int64_t sizes[2], strides[2];
+  for (int64_t d = 0; d < ndim; ++d) {
+    sizes[d] = a.size(d);
+    strides[d] = a.stride(d);
+  }
+  sizes[dim] = length;
+  return restride(a, ndim, sizes, strides, a.storage_offset() + start * strides[dim]);
+}
+
+// out = a @ b
+inline void mm_out(Tensor &out, const Tensor &a, const Tensor &b) {
+  STABLE_TORCH_ERROR_CODE_CHECK(GEGLU_DEVICE_SHIM(mm_out)(out.get(), a.get(), b.get()));
+}
+
+// out = input + a @ b (input broadcast over rows: a bias, or a 2-d residual)
+inline void addmm_out(Tensor &out, const Tensor &input, const Tensor &a, const Tensor &b) {
+  STABLE_TORCH_ERROR_CODE_CHECK(GEGLU_DEVICE_SHIM(addmm_out)(out.get(), input.get(), a.get(), b.get(), 1.0, 1.0));
+}
+
+// x @ w.T + bias for a 2-d x, as a new [M, N] tensor.
+inline Tensor linear(const Tensor &x, const Tensor &w, const std::optional<Tensor> &bias) {
+  const int64_t shape[2] = {x.size(0), w.size(0)};
+  Tensor out = empty(torch::headeronly::IntHeaderOnlyArrayRef(shape, 2), x);
+  const Tensor wt = t(w);
+  if (bias.has_value()) {
+    addmm_out(out, *bias, x, wt);
+  } else {
+    mm_out(out, x, wt);
+  }
+  return out;
+}
+
+// a + b
+inline Tensor add(const Tensor &a, const Tensor &b) {
+  AtenTensorHandle ret = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(GEGLU_DEVICE_SHIM(add_Tensor)(a.get(), b.get(), 1.0, &ret));
+  return Tensor(ret);
+}
+
+}  // namespace geglu_stable::device
+#endif

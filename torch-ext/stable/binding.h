@@ -1,0 +1,71 @@
+#pragma once
+// The ops of the stable-ABI build (torch/csrc/stable): one declaration per op, written
+// over torch::stable::Tensor. The CPU backend (geglu_kernels/cpu) implements the
+// activation ops and fused_gate_up; torch-ext/stable/ implements the per-layer ops over
+// them. torch-ext/stable/binding.cpp registers them with boxed kernels.
+
+#include <optional>
+#include <string_view>
+#include <tuple>
+
+#include <torch/csrc/stable/tensor.h>
+
+namespace geglu_stable {
+
+using Tensor = torch::stable::Tensor;
+using OptTensor = std::optional<Tensor>;
+
+// Merged input [..., 2d] -> out [..., d]: gate = x[..., :d], up = x[..., d:]
+// (the kernels-community/activation contract).
+void gelu_and_mul(Tensor &out, const Tensor &input);
+void gelu_tanh_and_mul(Tensor &out, const Tensor &input);
+
+// Plain activations, out has the shape of input.
+void gelu(Tensor &out, const Tensor &input);
+void gelu_tanh(Tensor &out, const Tensor &input);
+
+// gelu(gate) * up over two tensors of one shape; approximate is "tanh" or "none".
+Tensor geglu(const Tensor &gate, const Tensor &up, std::string_view approximate);
+
+// Exact derivatives of geglu, computed in float32: (grad_gate, grad_up).
+std::tuple<Tensor, Tensor> geglu_backward(const Tensor &grad_out, const Tensor &gate, const Tensor &up,
+                                          std::string_view approximate);
+
+// _geglu_mlp (torch-ext/stable/geglu_mlp.cpp), inference: x [..., K]; w_up absent:
+// w_gate is a merged [2*hidden, K] weight.
+Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
+                 const OptTensor &b_gate, const OptTensor &b_up, const OptTensor &b_down, const OptTensor &residual,
+                 std::string_view approximate);
+
+// _geglu_mlp_train: the same y, with what backward needs: (y [..., N], the
+// pre-activations [gate | up] as [M, 2*hidden], h = gelu(gate) * up as [M, hidden]).
+// Its autograd formula is registered from Python (torch-ext/geglu/linear.py).
+std::tuple<Tensor, Tensor, Tensor> geglu_mlp_train(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up,
+                                                   const Tensor &w_down, const OptTensor &b_gate,
+                                                   const OptTensor &b_up, const OptTensor &b_down,
+                                                   const OptTensor &residual, std::string_view approximate);
+
+// _geglu_mlp_backward: the gradients _geglu_mlp_train's backward needs (bit i of
+// `needs`: input i of x, w_gate, w_up, w_down, b_gate, b_up, b_down), in that order.
+std::tuple<OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor> geglu_mlp_backward(
+    const Tensor &grad, const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
+    const OptTensor &b_gate, const Tensor &pre, const Tensor &h, int64_t needs, std::string_view approximate);
+
+// _linear_bias_gelu (torch-ext/stable/linear_bias_gelu.cpp): gelu(x @ weight.T + bias).
+Tensor linear_bias_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, std::string_view approximate);
+
+// Whether this backend has a fused gate/up kernel at all (fused_gate_up below): the CPU
+// backend has none, and _geglu_mlp skips preparing its operands.
+#if defined(CPU_KERNEL)
+inline constexpr bool kHasFusedGateUp = false;
+#else
+inline constexpr bool kHasFusedGateUp = true;
+#endif
+
+// The inference gate/up GEMM _geglu_mlp asks the backend to fuse: gelu(x @ w_gate.T +
+// b_gate) * (x @ w_up.T + b_up) as a new [M, hidden] tensor, or std::nullopt where the
+// backend has no kernel for the call. x is [M, K] with M, K > 0, checked by the caller.
+OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                        const OptTensor &b_up, bool tanh);
+
+}  // namespace geglu_stable

@@ -1,0 +1,211 @@
+// _geglu_mlp and _geglu_mlp_train on torch's stable ABI: the GeGLU MLP as one native
+// call, the op every MLP layer forward runs.
+//
+//   y = (gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)) @ w_down.T + b_down + residual
+//
+// One dispatcher call does the argument checks (gemm_checks.h: the only validation the
+// call gets), picks the kernels and launches them, with no Python between them; the
+// GEMMs go straight to the device's kernels through AOTInductor's C shim (aten.h).
+//
+// _geglu_mlp (inference): the gate/up GEMM with the GeGLU fused in where the backend
+// has a kernel for the call (fused_gate_up), else torch's GEMM writing [gate | up] and
+// the geglu kernel; then the down GEMM on torch's, with b_down and the residual in it.
+//
+// _geglu_mlp_train (training): the same forward, returning also what backward needs:
+// the pre-activations [gate | up] ([M, 2*hidden]) and h = gelu(gate) * up ([M, hidden]),
+// 3*M*hidden elements against eager autograd's 4. The stable ABI has no autograd, so the
+// backward (the version-tied build's C++ node, torch-ext/geglu_mlp.cpp) is registered
+// from Python with torch.library.register_autograd (torch-ext/geglu/linear.py), and
+// linear.py calls this op only where a gradient is needed: _geglu_mlp carries no
+// Python autograd kernel, which would cost every inference call its Python.
+//
+// x is [..., K]; w_up absent: w_gate is a merged [2*hidden, K] gate/up weight (gate rows
+// first), and its bias either merged (b_gate of 2*hidden, b_up absent) or split.
+
+#include <string>
+#include <vector>
+
+#include "stable/aten.h"
+#include "stable/binding.h"
+#include "stable/gemm_checks.h"
+
+namespace geglu_stable {
+namespace {
+
+// [gate | up] pre-activations as one [M, 2*hidden] tensor.
+Tensor gate_up(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const OptTensor &b_gate,
+               const OptTensor &b_up) {
+  if (!w_up.has_value()) {  // merged weight: one GEMM
+    const int64_t hidden = w_gate.size(0) / 2;
+    OptTensor bias = b_gate;
+    if (b_up.has_value() || (b_gate.has_value() && b_gate->size(0) == hidden)) {
+      const Tensor &ref = b_up.has_value() ? *b_up : *b_gate;
+      bias = aten::cat0(b_gate.has_value() ? *b_gate : aten::zeros_like(ref),
+                        b_up.has_value() ? *b_up : aten::zeros_like(ref));
+    }
+    return device::linear(x, w_gate, bias);
+  }
+  // Two GEMMs writing the column halves in place (the row stride is the GEMM's ldc).
+  const int64_t hidden = w_gate.size(0);
+  const int64_t shape[2] = {x.size(0), 2 * hidden};
+  Tensor pre = device::empty(IntArrayRef(shape, 2), x);
+  const Tensor *w[2] = {&w_gate, &*w_up};
+  const OptTensor *b[2] = {&b_gate, &b_up};
+  for (int i = 0; i < 2; ++i) {
+    Tensor cols = device::narrow(pre, 1, i * hidden, hidden);
+    if (b[i]->has_value()) {
+      device::addmm_out(cols, **b[i], x, device::t(*w[i]));
+    } else {
+      device::mm_out(cols, x, device::t(*w[i]));
+    }
+  }
+  return pre;
+}
+
+// h @ w_down.T + b_down + residual: the residual as addmm's beta=1 input where there is
+// no b_down, else the bias in the GEMM and one add.
+Tensor down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
+  if (!b_down.has_value()) return device::linear(h, w_down, residual);
+  Tensor y = device::linear(h, w_down, b_down);
+  return residual.has_value() ? device::add(y, *residual) : y;
+}
+
+// The problem of one call, checked, with x and the residual as [M, K] / [M, N] views.
+struct Problem {
+  Tensor x;
+  OptTensor residual;
+  std::vector<int64_t> out_shape;  // [..., N]
+  bool tanh;
+};
+
+Problem check_and_flatten(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
+                          const OptTensor &b_gate, const OptTensor &b_up, const OptTensor &b_down,
+                          const OptTensor &residual, std::string_view approximate) {
+  gemm_checks::check_x(x);
+  const int64_t hidden = gemm_checks::check_gate_up(x, w_gate, w_up, b_gate, b_up);
+  gemm_checks::check_linear_operand("w_down", w_down, x, hidden);
+  const int64_t n = w_down.size(0);
+  const int64_t ns[1] = {n};
+  gemm_checks::check_optional("b_down", b_down, x, IntArrayRef(ns, 1));
+  const IntArrayRef xs = x.sizes();
+  std::vector<int64_t> out_shape(xs.begin(), xs.end());
+  out_shape.back() = n;
+  gemm_checks::check_optional("residual", residual, x, out_shape);
+  const bool tanh = gemm_checks::is_tanh(approximate);
+  if (x.dim() == 2) return {x, residual, std::move(out_shape), tanh};
+  const int64_t k = x.size(-1);
+  const int64_t x2[2] = {-1, k};
+  const int64_t r2[2] = {-1, n};
+  OptTensor res;
+  if (residual.has_value()) res = aten::reshape(*residual, IntArrayRef(r2, 2));
+  return {aten::reshape(x, IntArrayRef(x2, 2)), res, std::move(out_shape), tanh};
+}
+
+Tensor geglu_halves(const Tensor &pre, std::string_view approximate) {
+  const int64_t hidden = pre.size(1) / 2;
+  return geglu(device::narrow(pre, 1, 0, hidden), device::narrow(pre, 1, hidden, hidden), approximate);
+}
+
+Tensor restore_shape(const Tensor &y, const Problem &p) {
+  return p.x.dim() == static_cast<int64_t>(p.out_shape.size()) ? y : aten::view(y, p.out_shape);
+}
+
+}  // namespace
+
+Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
+                 const OptTensor &b_gate, const OptTensor &b_up, const OptTensor &b_down, const OptTensor &residual,
+                 std::string_view approximate) {
+  const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
+  OptTensor h;
+  if (kHasFusedGateUp && p.x.size(0) > 0 && p.x.size(1) > 0 && w_gate.size(0) > 0) {
+    // Separate [hidden, K] views of a merged weight (and bias): the fused kernels read
+    // two row ranges of one tensor in place.
+    Tensor wg = w_gate, wu = w_up.has_value() ? *w_up : w_gate;
+    OptTensor bg = b_gate, bu = b_up;
+    if (!w_up.has_value()) {
+      const int64_t hidden = w_gate.size(0) / 2;
+      wg = device::narrow(w_gate, 0, 0, hidden);
+      wu = device::narrow(w_gate, 0, hidden, hidden);
+      if (b_gate.has_value() && !b_up.has_value() && b_gate->size(0) == 2 * hidden) {
+        bg = device::narrow(*b_gate, 0, 0, hidden);
+        bu = device::narrow(*b_gate, 0, hidden, hidden);
+      }
+    }
+    h = fused_gate_up(p.x, wg, wu, bg, bu, p.tanh);
+  }
+  if (!h.has_value()) h = geglu_halves(gate_up(p.x, w_gate, w_up, b_gate, b_up), approximate);
+  return restore_shape(down(*h, w_down, b_down, p.residual), p);
+}
+
+std::tuple<Tensor, Tensor, Tensor> geglu_mlp_train(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up,
+                                                   const Tensor &w_down, const OptTensor &b_gate,
+                                                   const OptTensor &b_up, const OptTensor &b_down,
+                                                   const OptTensor &residual, std::string_view approximate) {
+  const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
+  Tensor pre = gate_up(p.x, w_gate, w_up, b_gate, b_up);
+  Tensor h = geglu_halves(pre, approximate);
+  Tensor y = restore_shape(down(h, w_down, b_down, p.residual), p);
+  return {y, pre, h};
+}
+
+// The backward of _geglu_mlp_train (the version-tied build's C++ node, as one native
+// call): `needs` bit i asks for the gradient of input i (x, w_gate, w_up, w_down, b_gate,
+// b_up, b_down); the residual's gradient is grad itself (Python). grad is [M, N]
+// (contiguous), x [M, K]; pre / h are the forward's [gate | up] and h.
+std::tuple<OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor> geglu_mlp_backward(
+    const Tensor &grad, const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
+    const OptTensor &b_gate, const Tensor &pre, const Tensor &h, int64_t needs, std::string_view approximate) {
+  auto need = [&](int i) { return ((needs >> i) & 1) != 0; };
+  OptTensor dx, dwg, dwu, dwd, dbg, dbu, dbd;
+  const int64_t hidden = w_down.size(1);
+  if (need(0) || need(1) || need(2) || need(4) || need(5)) {
+    const Tensor dh = device::linear(grad, device::t(w_down), std::nullopt);  // grad @ w_down
+    auto [d_gate, d_up] = geglu_backward(dh, device::narrow(pre, 1, 0, hidden), device::narrow(pre, 1, hidden, hidden),
+                                         approximate);
+    const bool merged = !w_up.has_value();
+    const Tensor wg = merged ? device::narrow(w_gate, 0, 0, hidden) : w_gate;
+    const Tensor wu = merged ? device::narrow(w_gate, 0, hidden, hidden) : *w_up;
+    if (need(0)) {  // d_gate @ wg + d_up @ wu, the second GEMM accumulating in place
+      Tensor out = device::linear(d_gate, device::t(wg), std::nullopt);
+      device::addmm_out(out, out, d_up, wu);
+      dx = out;
+    }
+    const Tensor xt = device::t(x);
+    if (need(1)) {
+      const int64_t rows = merged ? 2 * hidden : hidden;
+      const int64_t shape[2] = {rows, x.size(1)};
+      Tensor out = device::empty(IntArrayRef(shape, 2), x);
+      Tensor top = device::narrow(out, 0, 0, hidden);
+      device::mm_out(top, device::t(d_gate), x);
+      if (merged) {
+        Tensor bottom = device::narrow(out, 0, hidden, hidden);
+        device::mm_out(bottom, device::t(d_up), x);
+      }
+      dwg = out;
+    }
+    if (need(2)) dwu = device::linear(device::t(d_up), xt, std::nullopt);
+    auto column_sums = [](const Tensor &t, const Tensor &like) {
+      const int64_t dim0[1] = {0};
+      Tensor sum = torch::stable::sum(t, IntArrayRef(dim0, 1), false, torch::headeronly::ScalarType::Float);
+      return torch::stable::to(sum, like.scalar_type());
+    };
+    if (need(4) || need(5)) {
+      if (b_gate.has_value() && b_gate->size(0) == 2 * hidden) {  // merged bias
+        dbg = aten::cat0(column_sums(d_gate, *b_gate), column_sums(d_up, *b_gate));
+      } else {
+        if (need(4)) dbg = column_sums(d_gate, x);
+        if (need(5)) dbu = column_sums(d_up, x);
+      }
+    }
+    (void)xt;
+  }
+  if (need(3)) dwd = device::linear(device::t(grad), device::t(h), std::nullopt);  // grad.T @ h
+  if (need(6)) {
+    const int64_t dim0[1] = {0};
+    dbd = torch::stable::to(torch::stable::sum(grad, IntArrayRef(dim0, 1), false, torch::headeronly::ScalarType::Float),
+                            grad.scalar_type());
+  }
+  return {dx, dwg, dwu, dwd, dbg, dbu, dbd};
+}
+
+}  // namespace geglu_stable
