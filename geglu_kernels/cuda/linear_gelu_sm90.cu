@@ -122,8 +122,9 @@ using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 // X(id, name, BM, BN, schedule, cluster M, cluster N). One variant: in the H100 sweep
 // (tools/sm90_gemm/check_linear_gelu.py, benchmarks/results/linear_gelu_sm90_h100.log)
 // it beat cooperative 128x256 and 256x128 (cluster 2x1), cooperative 128x128 (1x2) and
-// pingpong 64x128 at every M >= 4096 shape, by 4-20%; at 64 tokens all of them lost to
-// cuBLAS (the op then keeps cuBLAS: mlp_kernels.cpp).
+// pingpong 64x128 by 4-20% at BERT-large and GPT-2-XL sizes and tied the best of them at
+// 4096x2048->5120; at 64 tokens all of them lost to cuBLAS (the op then keeps cuBLAS:
+// mlp_kernels.cpp).
 #define LINEAR_GELU_SM90_VARIANTS(X) \
   X(0, "pingpong_128x128x64_c2", 128, 128, KernelTmaWarpSpecializedPingpong, 2, 1)
 
