@@ -34,6 +34,8 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/device_kernel.h"
 
+#include "sm90_launcher.cuh"  // device query (its Runner has no workspace: not used here)
+
 namespace small_m_linear {
 
 using namespace cute;
@@ -91,28 +93,6 @@ inline int cuda_fail(cudaError_t e) {
   return LINEAR_SM90_ERR_CUDA;
 }
 
-struct DeviceInfo {
-  int sm_count = 0;
-  int major = 0, minor = 0;
-};
-
-constexpr int kMaxDevices = 64;
-DeviceInfo g_devices[kMaxDevices];
-std::once_flag g_device_once[kMaxDevices];
-
-inline DeviceInfo const* device_info(int dev) {
-  if (dev < 0 || dev >= kMaxDevices) return nullptr;
-  std::call_once(g_device_once[dev], [dev] {
-    DeviceInfo d;
-    cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, dev);
-    cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cudaGetLastError();
-    g_devices[dev] = d;
-  });
-  return &g_devices[dev];
-}
-
 template <class Gemm>
 typename Gemm::Kernel::Arguments make_arguments(LaunchArgs const& a, int device, int sm_count) {
   using Element = typename Gemm::Kernel::ElementA;
@@ -165,7 +145,7 @@ struct Runner {
   }
 
   static int run(LaunchArgs const& a, size_t workspace_bytes, int device, int sm_count, cudaStream_t stream) {
-    static std::atomic<bool> attr_set[kMaxDevices];
+    static std::atomic<bool> attr_set[sm90_launcher::kMaxDevices];
     static std::mutex mu;
     static Entry cache[kCache];
     static int next_slot = 0;
@@ -287,7 +267,7 @@ int checked_call(LaunchArgs a, int dtype, int config, size_t ws_bytes, size_t* w
     cudaGetLastError();
     return LINEAR_SM90_ERR_DEVICE;
   }
-  DeviceInfo const* info = device_info(device);
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::device_info(device);
   if (info == nullptr || info->major != 9 || info->minor != 0) return LINEAR_SM90_ERR_DEVICE;
   if (!ws_query) {
     if (a.ldx < a.K || a.ldw < a.K || a.ldo < a.N || (a.residual && a.ldr < a.N)) return LINEAR_SM90_ERR_SHAPE;
