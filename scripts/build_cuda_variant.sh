@@ -17,7 +17,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 # --isolated: this machine's pip configuration prefers a local CPU wheel of torch 2.13.0.
-"$VENV/bin/python" -m pip --isolated install -q --disable-pip-version-check \
+# --no-cache-dir: no second copy of the ~3.5 GB of wheels on disk.
+"$VENV/bin/python" -m pip --isolated install -q --no-cache-dir --disable-pip-version-check \
   torch==2.13.0 ninja==1.13.0 numpy kernels==0.17.2 kernels-data==0.16.2 kernel-abi-check==0.14.1 \
   nvidia-cutlass==4.2.0.0 \
   || { echo "build_cuda_variant: could not install torch 2.13.0 (CUDA) from PyPI" >&2; exit 1; }
