@@ -6,6 +6,7 @@
 #
 #   bash scripts/run_distributed.sh build   # a bare machine: carried wheels + build (scripts/gpu_run.sh build)
 #   bash scripts/run_distributed.sh         # the tests; junit XML and the log to $OUT when set
+#   bash scripts/run_distributed.sh -k tensor_parallel   # extra arguments go to pytest
 #
 # Each device command is limited to 10 minutes: build in one call, test in the next
 # (a warm machine keeps build/ between calls).
@@ -35,7 +36,7 @@ print(f"torch {torch.__version__}, {n} CUDA GPU(s): {[torch.cuda.get_device_name
 sys.exit(0 if n >= 2 else "needs 2 CUDA GPUs for the NCCL run")
 PY
 
-args=(-v -rA -p no:cacheprovider tests/integration/test_distributed.py)
+args=(-v -rA -p no:cacheprovider tests/integration/test_distributed.py "$@")
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
   "$PYTHON" -m pytest "${args[@]}" --junitxml="$OUT/distributed_junit.xml" 2>&1 | tee "$OUT/distributed.log"

@@ -22,6 +22,7 @@ hidden 64), kernelized through example.py's recipe; --size gemma-2b (GPU) is wid
 import argparse
 import contextlib
 import copy
+import inspect
 import json
 import os
 import sys
@@ -277,10 +278,17 @@ def tp_transformers(model, mesh):
     except ImportError as e:  # Transformers before its `distributed` package
         raise Unavailable(f"this Transformers has no DTensor TP API to apply: {e}") from e
 
-    plan, _, _ = model._resolve_parallel_plans(DistributedConfig(tp_size=WORLD, tp_plan="auto"))
+    if hasattr(model, "_resolve_parallel_plans"):  # Transformers 5.23 (CI): per-layer names
+        plan, _, _ = model._resolve_parallel_plans(DistributedConfig(tp_size=WORLD, tp_plan="auto"))
+    else:  # 5.17 (the lent GPU machines): the model's plan, with `*` for the layer number
+        plan = model.tp_plan
     mlp_plan = {name: style for name, style in plan.items() if ".mlp." in name}
     assert mlp_plan, f"no MLP entries in Transformers' TP plan: {plan}"
-    apply_tensor_parallelism(model, mesh, mlp_plan)
+    if "tp_plan" in inspect.signature(apply_tensor_parallelism).parameters:
+        apply_tensor_parallelism(model, mesh, mlp_plan)
+    else:  # 5.17 applies the model's own plan
+        model.tp_plan = mlp_plan
+        apply_tensor_parallelism(model, mesh)
 
 
 TP_STYLES = {"tp-torch": tp_torch, "tp-transformers": tp_transformers}
