@@ -867,6 +867,23 @@ def test_cuda_mlp_gemma_shape(kernel, m, grad):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("allow_tf32", [False, True], ids=["fp32", "tf32"])
+def test_cuda_float32_follows_torch_tf32_switch(kernel, allow_tf32, monkeypatch):
+    """float32 geglu_linear computes as torch's matmuls do: full float32 while
+    torch.backends.cuda.matmul.allow_tf32 is off (its default), TF32 (the Triton
+    kernel) when it is on. At K = 768 TF32 inputs leave a ~1e-3 relative error, full
+    float32 ~1e-6, so the first bound fails if the TF32 kernel serves the call."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", allow_tf32)
+    x = rand((64, 768), torch.float32, seed=1)
+    wg, wu = weight(512, 768, torch.float32, 2), weight(512, 768, torch.float32, 3)
+    with torch.no_grad():
+        y = kernel.geglu_linear(x, wg, wu)
+    ref = ref_geglu(x.double(), wg.double(), wu.double(), None, None, "tanh")
+    err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err < (5e-3 if allow_tf32 else 1e-5), err
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [1, 64])  # M == 1: PyTorch's non-Lt fallback; M > 1: the cuBLASLt epilogue
 def test_cuda_addmm_activation_is_tanh(m, dtype, monkeypatch):
@@ -934,10 +951,11 @@ def test_cuda_more_than_2_31_elements(tg, kernel_kind):
 
 
 @pytest.mark.cuda
-def test_cuda_new_token_counts_do_not_recompile(kernel, tg):
+def test_cuda_new_token_counts_do_not_recompile(kernel, tg, monkeypatch):
     """Within an M bucket a new token count reuses the compiled Triton kernels (M is not
-    specialized on; K and N stay fixed as for one layer). float32: geglu_linear's
-    Triton route on every GPU (geglu_mlp runs the native op, no Triton)."""
+    specialized on; K and N stay fixed as for one layer). float32 with TF32 allowed:
+    geglu_linear's Triton route on every GPU (geglu_mlp runs the native op, no Triton)."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     dtype = torch.float32
     wg, wu = weight(3072, 768, dtype, 1), weight(3072, 768, dtype, 2)
 

@@ -172,8 +172,12 @@ def _sm90_serves(x: Tensor, g: _GateUp) -> bool:
 def _fused_gate_up(x: Tensor, g: _GateUp, approximate: str) -> Optional[Tensor]:
     """The fused gate/up GEMM for this call (the Hopper engine where it serves, else the
     Triton kernel), or None where neither runs: not CUDA, no triton, an empty problem,
-    or an operand without unit column stride."""
+    an operand without unit column stride, or float32 while torch keeps float32 matmuls
+    in full precision (the Triton kernel's float32 dot is TF32, which torch runs only
+    when `torch.backends.cuda.matmul.allow_tf32` says so; its default is off)."""
     if x.device.type != "cuda" or 0 in (x.shape[0], x.shape[1], g.w_gate.shape[0]):
+        return None
+    if x.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
         return None
     if any(t.stride(-1) != 1 for t in (x, g.w_gate, g.w_up)):
         return None

@@ -17,8 +17,9 @@ Kernels:
   weights once, and split-K keeps every SM streaming when N alone gives too few tiles.
 
 Math: float32 accumulation; float16/bfloat16 operands feed the tensor cores as is;
-float32 operands use TF32 tensor-core inputs (tl.dot's default), as torch does with
-allow_tf32=True. Offsets are int64, so operands beyond 2**31 elements index correctly.
+float32 operands use TF32 tensor-core inputs (tl.dot's default), so the routes send
+float32 here only while torch.backends.cuda.matmul.allow_tf32 is on, as torch's own
+matmuls would use TF32 then. Offsets are int64, so operands beyond 2**31 elements index correctly.
 
 Launch parameters come from `gemm_configs.TABLE` (no autotuning at run time); M is
 never specialized on, so a new token count does not recompile. Under
