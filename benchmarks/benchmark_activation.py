@@ -35,6 +35,21 @@ def _inputs(bench, shape):
     bench.grad_out = _uniform(shape, bench.device, g)
 
 
+def per_shape(cls):
+    """Adds setup_<w> / benchmark_<w> / verify_<w> for every workload of SHAPES (the
+    runner finds workloads by these method names): the inputs of that shape, then the
+    class's _run and _reference."""
+
+    def add(name, shape):
+        setattr(cls, f"setup_{name}", lambda self: _inputs(self, shape))
+        setattr(cls, f"benchmark_{name}", lambda self: self._run())
+        setattr(cls, f"verify_{name}", lambda self: self._reference())
+
+    for name, shape in SHAPES.items():
+        add(name, shape)
+    return cls
+
+
 def _gelu_and_grad(gate):
     x = gate.float().requires_grad_()
     y = F.gelu(x, approximate="tanh")
@@ -42,6 +57,7 @@ def _gelu_and_grad(gate):
     return y.detach(), dy
 
 
+@per_shape
 class GegluForward(Benchmark):
     """out = gelu_tanh(gate) * up: reads 2 tensors, writes 1."""
 
@@ -54,43 +70,8 @@ class GegluForward(Benchmark):
         y, _ = _gelu_and_grad(self.gate)
         return (y * self.up.float()).to(DTYPE)
 
-    def setup_blog(self):
-        _inputs(self, SHAPES["blog"])
 
-    def benchmark_blog(self):
-        self._run()
-
-    def verify_blog(self):
-        return self._reference()
-
-    def setup_gemma2b(self):
-        _inputs(self, SHAPES["gemma2b"])
-
-    def benchmark_gemma2b(self):
-        self._run()
-
-    def verify_gemma2b(self):
-        return self._reference()
-
-    def setup_gemma7b(self):
-        _inputs(self, SHAPES["gemma7b"])
-
-    def benchmark_gemma7b(self):
-        self._run()
-
-    def verify_gemma7b(self):
-        return self._reference()
-
-    def setup_decode(self):
-        _inputs(self, SHAPES["decode"])
-
-    def benchmark_decode(self):
-        self._run()
-
-    def verify_decode(self):
-        return self._reference()
-
-
+@per_shape
 class GegluBackward(Benchmark):
     """(grad_gate, grad_up) of gelu_tanh(gate) * up: reads 3 tensors, writes 2.
 
@@ -110,39 +91,3 @@ class GegluBackward(Benchmark):
         if not torch.allclose(self.grad_up, grad_up, atol=1e-2):
             raise RuntimeError("geglu_backward: grad_up differs from the float32 reference")
         return (grad_out * self.up.float() * dy).to(DTYPE)
-
-    def setup_blog(self):
-        _inputs(self, SHAPES["blog"])
-
-    def benchmark_blog(self):
-        self._run()
-
-    def verify_blog(self):
-        return self._reference()
-
-    def setup_gemma2b(self):
-        _inputs(self, SHAPES["gemma2b"])
-
-    def benchmark_gemma2b(self):
-        self._run()
-
-    def verify_gemma2b(self):
-        return self._reference()
-
-    def setup_gemma7b(self):
-        _inputs(self, SHAPES["gemma7b"])
-
-    def benchmark_gemma7b(self):
-        self._run()
-
-    def verify_gemma7b(self):
-        return self._reference()
-
-    def setup_decode(self):
-        _inputs(self, SHAPES["decode"])
-
-    def benchmark_decode(self):
-        self._run()
-
-    def verify_decode(self):
-        return self._reference()

@@ -23,7 +23,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import ROOT, log, save_log
+
 DTYPE_CODE = {torch.bfloat16: 0, torch.float16: 1}
 SHAPES = {  # name: (M, K, H)
     "blog": (8192, 768, 3072),
@@ -31,13 +32,6 @@ SHAPES = {  # name: (M, K, H)
     "gemma7b": (4096, 3072, 24576),
 }
 
-log_lines: list[str] = []
-
-
-def log(*a):
-    s = " ".join(str(x) for x in a)
-    print(s, flush=True)
-    log_lines.append(s)
 
 
 class Lib:
@@ -445,8 +439,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, args.tag + ".json"), "w") as f:
         json.dump(result, f, indent=1)
-    with open(os.path.join(args.out, args.tag + ".log"), "w") as f:
-        f.write("\n".join(log_lines) + "\n")
+    save_log(os.path.join(args.out, args.tag + ".log"))
     log(f"total {time.time() - t0:.1f} s; failures {fails}")
     sys.exit(1 if fails else 0)
 

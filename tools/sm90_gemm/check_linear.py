@@ -23,17 +23,10 @@ import os
 import statistics
 
 import torch
-import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import ROOT, log, save_log
+
 DT = {torch.bfloat16: 0, torch.float16: 1}
-lines: list[str] = []
-
-
-def log(*a):
-    s = " ".join(str(x) for x in a)
-    print(s, flush=True)
-    lines.append(s)
 
 
 class Linear:
@@ -305,8 +298,7 @@ def main():
     fails = check(lin)
     res = {} if a.no_bench else bench(lin, gemm)
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "linear_sm90_h100.log"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    save_log(os.path.join(a.out, "linear_sm90_h100.log"))
     with open(os.path.join(a.out, "linear_sm90_h100.json"), "w") as f:
         json.dump(res, f, indent=1)
     raise SystemExit(1 if fails else 0)

@@ -25,17 +25,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_linear import graph_time  # noqa: E402
+from harness import ROOT, log, save_log  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = {"bert_large": (8192, 1024, 4096), "gpt2_xl": (8192, 1600, 6400), "bert_large_m64": (64, 1024, 4096),
           "t5_xl_ff": (4096, 2048, 5120)}
-lines: list[str] = []
-
-
-def log(*a):
-    s = " ".join(str(x) for x in a)
-    print(s, flush=True)
-    lines.append(s)
 
 
 class LinearGelu:
@@ -135,8 +128,7 @@ def main():
     fails = check(lib)
     res = bench(lib)
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "linear_gelu_sm90_h100.log"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    save_log(os.path.join(a.out, "linear_gelu_sm90_h100.log"))
     with open(os.path.join(a.out, "linear_gelu_sm90_h100.json"), "w") as f:
         json.dump(res, f, indent=1)
     raise SystemExit(1 if fails else 0)
