@@ -407,6 +407,9 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
     lin = kernel.linear
     cuda = DEV == "cuda"
     dtype = torch.float32
+    # float32 takes the fused (TF32) kernel only while torch allows TF32 matmuls
+    # (test_cuda_float32_follows_torch_tf32_switch checks the switch itself).
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     x = rand((9, 40), dtype, seed=1)
     wg, wu, wd = weight(24, 40, dtype, 2), weight(24, 40, dtype, 3), weight(40, 24, dtype, 4)
     wm, b = torch.cat([wg, wu]), rand((24,), dtype, seed=5)

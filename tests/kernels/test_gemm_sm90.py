@@ -178,7 +178,9 @@ def test_refusals_raise(sm90):
 
 def test_linear_routes_to_the_engine_where_it_serves(sm90, kernel, monkeypatch):
     """geglu_linear without gradients: the engine for aligned bf16/fp16 operands; the
-    Triton kernel for float32 and for a misaligned view; the composition with grads."""
+    Triton kernel for float32 (with TF32 allowed, as its dot computes) and for a
+    misaligned view; the composition with grads."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
     lin = kernel.linear
     calls = []
     real_ops = lin.ops
