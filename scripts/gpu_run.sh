@@ -5,9 +5,7 @@
 # CUDA tests, and the benchmarks. Results land in $OUT (logs, junit, JSON) and
 # benchmarks/results/ (copied back by the caller). A short table prints last.
 #
-#   bash scripts/gpu_run.sh [build] [test] [sanitize] [bench] [tune] [one_dot]   (default: build test sanitize bench)
-#
-# one_dot: the tools/triton_one_dot experiment, float64 check then bench.
+#   bash scripts/gpu_run.sh [build] [test] [sanitize] [bench] [tune]   (default: build test sanitize bench)
 #
 # Each device command is limited to 10 minutes; pass a subset of stages to split.
 set -uo pipefail
@@ -62,9 +60,6 @@ for stage in $stages; do
       done
       mkdir -p "$OUT/results" && cp benchmarks/results/*.json benchmarks/results/*.png "$OUT/results/" 2>/dev/null ;;
     tune) run tune python3 tools/tune_gemm.py ;;
-    one_dot)
-      run one_dot_check python3 tools/triton_one_dot/check_one_dot.py \
-        && run one_dot_bench python3 tools/triton_one_dot/bench.py --out "$OUT" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
@@ -72,7 +67,7 @@ done
 echo
 echo "== summary ($(head -n 1 "$OUT/env.txt"))"
 printf '%s\n' "${summary[@]}"
-for b in compare_activation compare_mlp compare_models tune one_dot_bench; do
+for b in compare_activation compare_mlp compare_models tune; do
   [ -f "$OUT/$b.log" ] && { echo "-- $b"; tail -n 25 "$OUT/$b.log"; }
 done
 exit 0
