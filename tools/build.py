@@ -38,6 +38,23 @@ def log(msg: str) -> None:
     print(f"[build] {msg}", flush=True)
 
 
+# The oldest torch whose headers compile the stable-ABI sources (torch-ext/stable/,
+# geglu_kernels/cpu/): 2.11's lack STABLE_TORCH_ERROR_CODE_CHECK and their sleef.h
+# refuses TORCH_TARGET_VERSION (seen on the lent GPU machines); 2.13, CI's, builds them.
+# What it builds loads on every torch from the `[torch.stable-abi]` target (2.10) on.
+STABLE_ABI_MIN_BUILD_TORCH = (2, 13)
+
+
+def stable_abi_buildable(torch_version: str | None = None) -> bool:
+    """Whether this torch (or `torch_version`) can compile the stable-ABI sources."""
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    major, minor = (int(p) for p in torch_version.split("+")[0].split(".")[:2])
+    return (major, minor) >= STABLE_ABI_MIN_BUILD_TORCH
+
+
 class BuildError(RuntimeError):
     pass
 
@@ -692,6 +709,11 @@ def main(argv: list[str] | None = None) -> int:
         if kernel_backend not in buildable:
             why = "running torch is a CPU build" if kernel_backend == "cuda" else "no local toolchain for it"
             log(f"skip {names} (backend {kernel_backend}): {why}; the Nix matrix builds it")
+            continue
+        if kernel_backend in cfg.stable_abi and not stable_abi_buildable():
+            need = ".".join(map(str, STABLE_ABI_MIN_BUILD_TORCH))
+            log(f"skip {names} (backend {kernel_backend}, torch stable ABI): its sources need torch >= {need} "
+                f"headers to compile; a build made with one loads on this torch")
             continue
         variant = build_arch_variant(cfg, sections, uid, nvcc, out_root, work_root, args.verbose)
         built.append(variant)

@@ -92,8 +92,10 @@ def test_fused_op_matches_its_direct_call_and_has_no_autograd(kernel):
 def test_cuda_fused_gate_up_goes_through_the_op_only_when_needed(kernel, monkeypatch):
     """No-grad eager geglu_linear calls the Triton implementation directly; where the
     fast path is refused (compile, meta, subclasses) it calls the registered op, with
-    the same result. float32 operands: the Triton kernel's route on every GPU (the
-    Hopper engine takes bfloat16/float16 on sm_90: tests/kernels/test_gemm_sm90.py)."""
+    the same result. float32 operands with TF32 allowed: the Triton kernel's route on
+    every GPU (the Hopper engine takes bfloat16/float16 on sm_90:
+    tests/kernels/test_gemm_sm90.py)."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)  # float32's fused route needs TF32 allowed
     lin = kernel.linear
     calls = []
     impl, ops = lin._fused_gate_up_impl, lin.ops

@@ -301,10 +301,14 @@ def test_compile_fsdp2_no_graph_break_from_geglu(tmp_path):
         extra = set(whole_k["graph_breaks"]) - set(whole_o["graph_breaks"])
         assert not extra, f"graph breaks only in the kernelized model: {extra}"
         assert not [b for b in whole_k["graph_breaks"] if "geglu" in b.lower()]
-        # The MLPs were traced into the graphs (not run eagerly around them)...
-        assert whole_k["geglu_ops"] and not whole_o["geglu_ops"], (whole_k["geglu_ops"], whole_o["geglu_ops"])
-        # ...and each compiles whole: fullgraph=True raises at a break.
-        assert per_mlp["graph_breaks"] == [] and per_mlp["geglu_ops"] and per_mlp["graphs"] >= 1
+        # Each MLP compiles whole (fullgraph=True raises at a break)...
+        assert per_mlp["graph_breaks"] == [] and per_mlp["graphs"] >= 1
+        assert not whole_o["geglu_ops"]
+        # ...with our op traced into the graphs (not run eagerly around them) wherever the
+        # loaded variant has native ops for the ranks' device: not with gloo ranks (CPU
+        # tensors) on a CUDA torch, which loads the CUDA variant (the composition runs).
+        if BACKEND == "nccl" or torch.version.cuda is None:
+            assert whole_k["geglu_ops"] and per_mlp["geglu_ops"], (whole_k["geglu_ops"], per_mlp["geglu_ops"])
         for name in ("whole_original", "whole_kernelized", "mlp_fullgraph_kernelized"):
             assert_same_training(r[name], r["eager_original"], FLOAT32_TOL, f"rank {r['rank']}: {name}")
 
