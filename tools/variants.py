@@ -128,41 +128,50 @@ def required_variants(
     cuda_kernels = [k for k in cfg.kernels if k.backend == "cuda"]
     out: list[Variant] = []
     stable = getattr(cfg, "stable_abi", {}) or {}
-    if "cpu" in stable and "cpu" in cfg.backends and any(k.backend == "cpu" for k in cfg.kernels):
+
+    def cuda_caps(cv: str) -> tuple[str, ...]:
+        """The archs of every CUDA kernel section toolkit `cv` can target."""
+        caps: list[str] = []
+        for k in cuda_kernels:
+            if not bounds.cuda_ok(cv, kernel_cuda_min.get(k.name)):
+                continue
+            for c in k.cuda_capabilities:
+                if _cap_base(c) in toolkit_caps.get(cv, []) and c not in caps:
+                    caps.append(c)
+        return tuple(sorted(caps, key=lambda c: _version_key(_cap_base(c))))
+
+    torch_entries = [e for e in versions["torch"] if bounds.torch_ok(e["version"])]
+    has_cuda = "cuda" in cfg.backends and bool(cuda_kernels)
+    has_cpu = "cpu" in cfg.backends and any(k.backend == "cpu" for k in cfg.kernels)
+    # Stable-ABI variants: one per backend (per CUDA toolkit) and platform, for every
+    # torch from the target release on.
+    if "cpu" in stable and has_cpu:
         tag = stable_abi_tag(stable["cpu"])
         for plat in platforms.get("cpu", []):
             out.append(Variant(f"{tag}-cpu-{plat}", "cpu", stable["cpu"], None, plat))
-    if "cuda" in stable:
-        raise ValueError("tools/variants.py: a stable-ABI CUDA backend is not in the matrix yet")
-    for entry in versions["torch"]:
+    if "cuda" in stable and has_cuda:
+        tag = stable_abi_tag(stable["cuda"])
+        toolkits = sorted({cv for e in torch_entries for cv in e.get("cuda", [])}, key=_version_key)
+        for cv in toolkits:
+            caps = cuda_caps(cv)
+            for plat in platforms.get("cuda", []) if caps else []:
+                out.append(Variant(f"{tag}-{cuda_tag(cv)}-{plat}", "cuda", stable["cuda"], cv, plat, caps))
+    for entry in torch_entries:
         tv = entry["version"]
-        if not bounds.torch_ok(tv):
-            continue
         torch_tag = "torch" + tv.replace(".", "")
-        if "cuda" in cfg.backends and cuda_kernels:
+        if has_cuda:
             for cv in entry.get("cuda", []):
-                # The archs of every CUDA kernel section this toolkit can target.
-                caps: list[str] = []
-                for k in cuda_kernels:
-                    if not bounds.cuda_ok(cv, kernel_cuda_min.get(k.name)):
-                        continue
-                    for c in k.cuda_capabilities:
-                        if _cap_base(c) in toolkit_caps.get(cv, []) and c not in caps:
-                            caps.append(c)
+                caps = cuda_caps(cv)
                 if not caps:
                     continue
                 for plat in platforms.get("cuda", []):
-                    out.append(
-                        Variant(
-                            name=f"{torch_tag}-cxx11-{cuda_tag(cv)}-{plat}",
-                            backend="cuda",
-                            torch=tv,
-                            cuda=cv,
-                            platform=plat,
-                            capabilities=tuple(sorted(caps, key=lambda c: _version_key(_cap_base(c)))),
-                        )
-                    )
-        if "cpu" in cfg.backends and any(k.backend == "cpu" for k in cfg.kernels):
+                    name = f"{torch_tag}-cxx11-{cuda_tag(cv)}-{plat}"
+                    if "cuda" in stable:
+                        source = f"{stable_abi_tag(stable['cuda'])}-{cuda_tag(cv)}-{plat}"
+                        out.append(Variant(name, "cuda", tv, cv, plat, caps, BUILDER_ALIAS, source))
+                    else:
+                        out.append(Variant(name, "cuda", tv, cv, plat, caps))
+        if has_cpu:
             for plat in platforms.get("cpu", []):
                 name = f"{torch_tag}-cxx11-cpu-{plat}"
                 if "cpu" in stable:

@@ -9,12 +9,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <tuple>
-
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/util/Exception.h>
 
 #include "gelu_math.cuh"
 #include "rowwise.h"
@@ -22,6 +19,13 @@
 
 namespace geglu_cuda {
 namespace {
+
+// A CUDA error as the exception torch raises as RuntimeError.
+void check_cuda(cudaError_t status, const char *what) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // clear it, or the next launch check would report it again
+  throw std::runtime_error(std::string("geglu_cuda: ") + what + ": " + cudaGetErrorString(status));
+}
 
 // ----------------------------------------------------------------------------- ops
 // Each op maps float inputs to float outputs for one element. kMinBlocksPerSm bounds
@@ -191,7 +195,7 @@ int sm_count(int device) {
   const bool cacheable = device >= 0 && device < static_cast<int>(cache.size());
   int n = cacheable ? cache[device].load(std::memory_order_relaxed) : 0;
   if (n == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     if (cacheable) cache[device].store(n, std::memory_order_relaxed);
   }
   return n;
@@ -201,7 +205,8 @@ int sm_count(int device) {
 constexpr int64_t kMaxGrid = int64_t{1} << 30;
 
 template <typename T, typename Op, int N, int MaxPacksPerThread>
-void launch_packed(int64_t rows, int64_t width, const Operand *in, const Operand *out) {
+void launch_packed(int64_t rows, int64_t width, const Operand *in, const Operand *out, int device,
+                   cudaStream_t stream) {
   RowwiseArgs<T, Op::kIn, Op::kOut> a{};
   for (int k = 0; k < Op::kIn; ++k) {
     a.in[k] = static_cast<const T *>(in[k].ptr);
@@ -214,17 +219,18 @@ void launch_packed(int64_t rows, int64_t width, const Operand *in, const Operand
   a.width = width;
   // A row shorter than one pack is all tail: it still needs one tile.
   const int64_t packs_per_row = std::max<int64_t>(width / N, 1);
-  const Tiling t = choose_tiling(rows, packs_per_row, MaxPacksPerThread, sm_count(c10::cuda::current_device()));
+  const Tiling t = choose_tiling(rows, packs_per_row, MaxPacksPerThread, sm_count(device));
   a.tiles_per_row = t.tiles_per_row;
   a.num_tiles = rows * t.tiles_per_row;
   a.packs_per_thread = t.packs_per_thread;
   const auto grid = static_cast<unsigned int>(std::min(a.num_tiles, kMaxGrid));
-  rowwise_kernel<T, Op, N, MaxPacksPerThread><<<grid, t.threads, 0, c10::cuda::getCurrentCUDAStream()>>>(a);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  rowwise_kernel<T, Op, N, MaxPacksPerThread><<<grid, t.threads, 0, stream>>>(a);
+  check_cuda(cudaGetLastError(), "kernel launch");
 }
 
 template <typename T, typename Op>
-void launch_typed(int64_t rows, int64_t width, const Operand *in_ptr, const Operand *out_ptr) {
+void launch_typed(int64_t rows, int64_t width, const Operand *in_ptr, const Operand *out_ptr, int device,
+                  cudaStream_t stream) {
   std::array<Operand, Op::kIn> in;
   std::array<Operand, Op::kOut> out;
   std::copy(in_ptr, in_ptr + Op::kIn, in.begin());
@@ -249,46 +255,46 @@ void launch_typed(int64_t rows, int64_t width, const Operand *in_ptr, const Oper
   for (const Operand &o : in) aligned &= pack_aligned(o);
   for (const Operand &o : out) aligned &= pack_aligned(o);
   if (aligned) {
-    launch_packed<T, Op, N, kMaxPacksPerThreadVec>(rows, width, in.data(), out.data());
+    launch_packed<T, Op, N, kMaxPacksPerThreadVec>(rows, width, in.data(), out.data(), device, stream);
   } else {
-    launch_packed<T, Op, 1, kMaxPacksPerThreadScalar>(rows, width, in.data(), out.data());
+    launch_packed<T, Op, 1, kMaxPacksPerThreadScalar>(rows, width, in.data(), out.data(), device, stream);
   }
 }
 
 template <typename Op>
-void launch_op(c10::ScalarType dtype, int64_t rows, int64_t width, const Operand *in, const Operand *out) {
+void launch_op(RowwiseDtype dtype, int64_t rows, int64_t width, const Operand *in, const Operand *out, int device,
+               cudaStream_t stream) {
   switch (dtype) {
-    case c10::ScalarType::Float:
-      return launch_typed<float, Op>(rows, width, in, out);
-    case c10::ScalarType::Half:
-      return launch_typed<__half, Op>(rows, width, in, out);
-    case c10::ScalarType::BFloat16:
-      return launch_typed<__nv_bfloat16, Op>(rows, width, in, out);
-    default:
-      TORCH_CHECK(false, "geglu_cuda: unsupported dtype ", dtype);  // the ops validate first
+    case RowwiseDtype::kFloat32:
+      return launch_typed<float, Op>(rows, width, in, out, device, stream);
+    case RowwiseDtype::kFloat16:
+      return launch_typed<__half, Op>(rows, width, in, out, device, stream);
+    case RowwiseDtype::kBFloat16:
+      return launch_typed<__nv_bfloat16, Op>(rows, width, in, out, device, stream);
   }
+  throw std::logic_error("geglu_cuda: unknown dtype");  // the ops validate first
 }
 
 }  // namespace
 
-void launch_rowwise(RowwiseOp op, c10::ScalarType dtype, int64_t rows, int64_t width, const Operand *in,
-                    const Operand *out) {
+void launch_rowwise(RowwiseOp op, RowwiseDtype dtype, int64_t rows, int64_t width, const Operand *in,
+                    const Operand *out, int device, cudaStream_t stream) {
   if (rows == 0 || width == 0) return;
   switch (op) {
     case RowwiseOp::kGelu:
-      return launch_op<GeluOp<false>>(dtype, rows, width, in, out);
+      return launch_op<GeluOp<false>>(dtype, rows, width, in, out, device, stream);
     case RowwiseOp::kGeluTanh:
-      return launch_op<GeluOp<true>>(dtype, rows, width, in, out);
+      return launch_op<GeluOp<true>>(dtype, rows, width, in, out, device, stream);
     case RowwiseOp::kGeglu:
-      return launch_op<GegluOp<false>>(dtype, rows, width, in, out);
+      return launch_op<GegluOp<false>>(dtype, rows, width, in, out, device, stream);
     case RowwiseOp::kGegluTanh:
-      return launch_op<GegluOp<true>>(dtype, rows, width, in, out);
+      return launch_op<GegluOp<true>>(dtype, rows, width, in, out, device, stream);
     case RowwiseOp::kGegluBackward:
-      return launch_op<GegluBackwardOp<false>>(dtype, rows, width, in, out);
+      return launch_op<GegluBackwardOp<false>>(dtype, rows, width, in, out, device, stream);
     case RowwiseOp::kGegluBackwardTanh:
-      return launch_op<GegluBackwardOp<true>>(dtype, rows, width, in, out);
+      return launch_op<GegluBackwardOp<true>>(dtype, rows, width, in, out, device, stream);
   }
-  TORCH_CHECK(false, "geglu_cuda: unknown RowwiseOp ", static_cast<int>(op));
+  throw std::logic_error("geglu_cuda: unknown RowwiseOp " + std::to_string(static_cast<int>(op)));
 }
 
 }  // namespace geglu_cuda

@@ -1,4 +1,4 @@
-// The fused inference GEMMs the native ops ask the CUDA backend for (torch_binding.h),
+// The fused inference GEMMs the native ops ask the CUDA backend for (stable/binding.h),
 // decided on the host from shapes, dtype, alignment and the device alone (no data, no
 // sync: the same choice is replayed under CUDA-graph capture):
 // - fused_gate_up (_geglu_mlp): the Hopper GEMM engine (geglu_gemm_sm90.cu) on sm_90
@@ -15,29 +15,33 @@
 //     64 tokens: 10.1 vs 6.9 (exact), 8.9 vs 5.4 (tanh): cuBLAS up to M = 128.
 
 #include <atomic>
+#include <optional>
+#include <string>
 
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include "common/stable_checks.h"
+#include "cuda_context.h"
 #include "geglu_gemm_sm90.h"
 #include "linear_gelu_sm90.h"
-#include "torch_binding.h"
+#include "stable/aten.h"
+#include "stable/binding.h"
 
+namespace geglu_stable {
 namespace {
 
-bool aligned16(const at::Tensor &t) {
-  const int64_t elems = 16 / t.element_size();
+bool aligned16(const Tensor &t) {
+  const int64_t elems = 16 / static_cast<int64_t>(t.element_size());
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(1) == 1 && t.stride(0) % elems == 0 &&
          t.size(1) % elems == 0;
 }
 
-// Compute capability 9.0, queried once per device (ATen's device-properties cache
-// lives in a header that pulls in cuBLAS/cuSPARSE; the runtime attribute is enough).
-bool is_sm90(const at::Tensor &t) {
+// Compute capability 9.0, queried once per device (the runtime attribute; the stable
+// ABI has no device-properties cache).
+bool is_sm90(const Tensor &t) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> known[kMaxDevices];  // 0: not asked yet, 1: sm_90, 2: other
-  const int device = t.device().index();
+  const int device = t.get_device_index();
   if (device < 0 || device >= kMaxDevices) return false;
   int state = known[device].load(std::memory_order_relaxed);
   if (state == 0) {
@@ -51,56 +55,103 @@ bool is_sm90(const at::Tensor &t) {
   return state == 1;
 }
 
+bool engine_dtype(const Tensor &x) {
+  return x.scalar_type() == ScalarType::BFloat16 || x.scalar_type() == ScalarType::Half;
+}
+
+int sm90_dtype(const Tensor &x) {
+  return x.scalar_type() == ScalarType::BFloat16 ? GEGLU_SM90_BF16 : GEGLU_SM90_FP16;
+}
+
+const void *ptr_or_null(const OptTensor &t) { return t.has_value() ? t->data_ptr() : nullptr; }
+
+// A status other than OK after the caller's own checks is a defect: raise, naming it.
+void check_status(const char *op, int status) {
+  STD_TORCH_CHECK(status == GEGLU_SM90_OK, op, ": the sm90 GEMM engine refused the call: ",
+                  geglu_gemm_sm90_status_string(status));
+}
+
+constexpr int64_t kMaxInt32 = (int64_t(1) << 31) - 1;  // the engine's int32 problem sizes
+
 // The engine's rules (geglu_gemm_sm90.h), checked before anything is allocated.
-bool sm90_serves(const at::Tensor &x, const at::Tensor &w_gate, const at::Tensor &w_up,
-                 const c10::optional<at::Tensor> &b_gate, const c10::optional<at::Tensor> &b_up) {
-  const auto dtype = x.scalar_type();
-  if (dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                 const OptTensor &b_up) {
+  if (!engine_dtype(x)) return false;
   if (w_gate.stride(0) != w_up.stride(0) || w_gate.size(0) % 8 != 0) return false;  // out rows 16-byte aligned
-  constexpr int64_t kMax = (int64_t(1) << 31) - 1;  // the engine's int32 problem sizes
-  if (x.size(0) > kMax || x.size(1) > kMax || 2 * w_gate.size(0) > kMax) return false;
-  for (const auto *b : {&b_gate, &b_up}) {
+  if (x.size(0) > kMaxInt32 || x.size(1) > kMaxInt32 || 2 * w_gate.size(0) > kMaxInt32) return false;
+  for (const OptTensor *b : {&b_gate, &b_up}) {
     if (b->has_value() && !(*b)->is_contiguous()) return false;
   }
   return aligned16(x) && aligned16(w_gate) && aligned16(w_up) && is_sm90(x);
 }
 
-int sm90_dtype(const at::Tensor &x) { return x.scalar_type() == at::kBFloat16 ? GEGLU_SM90_BF16 : GEGLU_SM90_FP16; }
+Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, const Tensor &w_up,
+                      const OptTensor &b_gate, const OptTensor &b_up, bool tanh) {
+  const geglu_cuda::DeviceGuard guard(x.get_device_index());
+  const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0);
+  const int64_t shape[2] = {m, hidden};
+  Tensor out = device::empty(IntArrayRef(shape, 2), x);
+  if (m == 0 || hidden == 0) return out;
+  check_status(op, geglu_gemm_sm90(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(),
+                                   w_gate.stride(0), ptr_or_null(b_gate), ptr_or_null(b_up), out.data_ptr(), hidden,
+                                   out.stride(0), sm90_dtype(x), tanh, /*config=*/-1,
+                                   geglu_cuda::current_stream(x)));
+  return out;
+}
 
 }  // namespace
 
-torch::Tensor fused_gate_up(torch::Tensor const &x, torch::Tensor const &w_gate, torch::Tensor const &w_up,
-                            c10::optional<torch::Tensor> const &b_gate, c10::optional<torch::Tensor> const &b_up,
-                            bool tanh) {
-  if (!sm90_serves(x, w_gate, w_up, b_gate, b_up)) return {};
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0);
-  at::Tensor out = at::empty({m, hidden}, x.options());
-  const int status = geglu_gemm_sm90(
-      x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(), w_gate.stride(0),
-      b_gate.has_value() ? b_gate->data_ptr() : nullptr, b_up.has_value() ? b_up->data_ptr() : nullptr,
-      out.data_ptr(), hidden, out.stride(0), sm90_dtype(x), tanh, /*config=*/-1,
-      c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(status == GEGLU_SM90_OK, "_geglu_mlp: the sm90 GEMM engine refused the call: ",
-              geglu_gemm_sm90_status_string(status));
+OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                        const OptTensor &b_up, bool tanh) {
+  if (!sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
+  return launch_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, tanh);
+}
+
+OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, bool tanh) {
+  const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
+  if (!engine_dtype(x)) return std::nullopt;
+  if (m <= 128 || (tanh && k > 1600) || m > kMaxInt32 || k > kMaxInt32 || n > kMaxInt32 || n % 8 != 0) {
+    return std::nullopt;
+  }
+  if (bias.has_value() && !bias->is_contiguous()) return std::nullopt;
+  if (!aligned16(x) || !aligned16(weight) || !is_sm90(x)) return std::nullopt;
+  const geglu_cuda::DeviceGuard guard(x.get_device_index());
+  const int64_t shape[2] = {m, n};
+  Tensor out = device::empty(IntArrayRef(shape, 2), x);
+  check_status("_linear_bias_gelu",
+               linear_gelu_sm90(x.data_ptr(), m, k, x.stride(0), weight.data_ptr(), n, weight.stride(0),
+                                ptr_or_null(bias), out.data_ptr(), out.stride(0), sm90_dtype(x), tanh, /*config=*/-1,
+                                geglu_cuda::current_stream(x)));
   return out;
 }
 
-torch::Tensor fused_linear_gelu(torch::Tensor const &x, torch::Tensor const &weight,
-                                c10::optional<torch::Tensor> const &bias, bool tanh) {
-  const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
-  const auto dtype = x.scalar_type();
-  constexpr int64_t kMax = (int64_t(1) << 31) - 1;  // the engine's int32 problem sizes
-  if (dtype != at::kBFloat16 && dtype != at::kHalf) return {};
-  if (m <= 128 || (tanh && k > 1600) || m > kMax || k > kMax || n > kMax || n % 8 != 0) return {};
-  if (bias.has_value() && !bias->is_contiguous()) return {};
-  if (!aligned16(x) || !aligned16(weight) || !is_sm90(x)) return {};
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor out = at::empty({m, n}, x.options());
-  const int status = linear_gelu_sm90(x.data_ptr(), m, k, x.stride(0), weight.data_ptr(), n, weight.stride(0),
-                                      bias.has_value() ? bias->data_ptr() : nullptr, out.data_ptr(), out.stride(0),
-                                      sm90_dtype(x), tanh, /*config=*/-1, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(status == GEGLU_SM90_OK, "_linear_bias_gelu: the sm90 GEMM engine refused the call: ",
-              geglu_gemm_sm90_status_string(status));
-  return out;
+// The op _geglu_linear_sm90: the engine behind torch's dispatcher, inference only.
+// linear.py routes a call here only where the engine serves it; the checks below say
+// why anything else is refused, rather than computing wrong.
+Tensor geglu_linear_sm90(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                         const OptTensor &b_up, std::string_view approximate) {
+  constexpr std::string_view op = "_geglu_linear_sm90";
+  constexpr DeviceType kCuda = DeviceType::CUDA;
+  check_input(op, "x", x, kCuda);
+  GEGLU_CHECK_VALUE(x.dim() == 2, op, ": x must be 2-d [tokens, in_features], got shape ", x.sizes());
+  const int64_t k = x.size(1), hidden = w_gate.size(0);
+  const int64_t w_shape[2] = {hidden, k};
+  check_matches(op, "w_gate", w_gate, "x", x, IntArrayRef(w_shape, 2), kCuda);
+  check_matches(op, "w_up", w_up, "x", x, IntArrayRef(w_shape, 2), kCuda);
+  GEGLU_CHECK_VALUE(w_gate.stride(0) == w_up.stride(0), op, ": w_gate and w_up must have one row stride, got ",
+                    w_gate.stride(0), " and ", w_up.stride(0));
+  const int64_t b_shape[1] = {hidden};
+  if (b_gate.has_value()) check_matches(op, "b_gate", *b_gate, "x", x, IntArrayRef(b_shape, 1), kCuda);
+  if (b_up.has_value()) check_matches(op, "b_up", *b_up, "x", x, IntArrayRef(b_shape, 1), kCuda);
+  const bool tanh = is_tanh(op, approximate);
+  GEGLU_CHECK_VALUE(engine_dtype(x), op, ": x must be bfloat16 or float16, got ", dtype_name(x.scalar_type()));
+  for (const Tensor *t : {&x, &w_gate, &w_up}) {
+    GEGLU_CHECK_VALUE(t->size(1) <= 1 || t->stride(1) == 1, op, ": x, w_gate and w_up need unit column stride");
+  }
+  for (const OptTensor *b : {&b_gate, &b_up}) {
+    GEGLU_CHECK_VALUE(!b->has_value() || (*b)->is_contiguous(), op, ": biases must be contiguous");
+  }
+  return launch_gate_up("_geglu_linear_sm90", x, w_gate, w_up, b_gate, b_up, tanh);
 }
+
+}  // namespace geglu_stable

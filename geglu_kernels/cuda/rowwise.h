@@ -3,12 +3,12 @@
 // an elementwise map over [rows, width] matrices with 1-3 inputs and 1-2 outputs,
 // each operand with its own base pointer and row stride (unit stride along width).
 //
-// Kept free of ATen so that geglu_cuda.cu, which nvcc parses once per GPU
-// architecture, includes only light c10 headers; argument checking lives in ops.cpp.
+// Kept free of torch (geglu_cuda.cu, which nvcc parses once per GPU architecture,
+// includes only the CUDA runtime); argument checking lives in ops.cpp.
 
 #include <cstdint>
 
-#include <c10/core/ScalarType.h>
+#include <cuda_runtime_api.h>
 
 namespace geglu_cuda {
 
@@ -21,15 +21,17 @@ enum class RowwiseOp {
   kGegluBackwardTanh,  //
 };
 
+enum class RowwiseDtype { kFloat32, kFloat16, kBFloat16 };
+
 struct Operand {
   void *ptr;           // element (0, 0)
   int64_t row_stride;  // in elements; >= width unless rows == 1
 };
 
-// Launches on the current CUDA stream of the current device (the caller sets the
-// device). dtype is float32, float16 or bfloat16 for every operand; `in` and `out`
-// hold as many operands as `op` takes. rows * width may exceed 2^31.
-void launch_rowwise(RowwiseOp op, c10::ScalarType dtype, int64_t rows, int64_t width, const Operand *in,
-                    const Operand *out);
+// Launches on `stream` of `device` (the caller makes `device` current): the same
+// dtype for every operand; `in` and `out` hold as many operands as `op` takes.
+// rows * width may exceed 2^31. A failed launch throws std::runtime_error.
+void launch_rowwise(RowwiseOp op, RowwiseDtype dtype, int64_t rows, int64_t width, const Operand *in,
+                    const Operand *out, int device, cudaStream_t stream);
 
 }  // namespace geglu_cuda

@@ -276,9 +276,8 @@ def test_geglu_mlp_forward_backward(kernel, case, mlp_route):
         y = kernel.geglu_mlp(x, wg, wu, wd, biases=biases, residual=res, approximate="tanh")
         got = grads_of(y, dy, [x, wg, wu, wd, bg, bu, bd, res])
     names = {type(y.grad_fn).__name__} | {type(f).__name__ for f, _ in y.grad_fn.next_functions if f is not None}
-    # The native op's backward: the version-tied build's C++ node, or the stable-ABI
-    # build's `_geglu_mlp_train` with its autograd registered from Python.
-    native_node = "CppFunction" in names or any("_geglu_mlp_train" in n for n in names)
+    # The native op's backward: `_geglu_mlp_train`, its autograd registered from Python.
+    native_node = any("_geglu_mlp_train" in n for n in names)
     assert native_node == (mlp_route == "native"), names
 
     r = [ref64(t) for t in (x, wg, wu, wd, bg, bu, bd, res)]
@@ -417,18 +416,16 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
     fused = ["_fused_gate_up_impl"] if cuda else ["linear", "linear"]
     fused_merged = ["_fused_gate_up_impl"] if cuda else ["linear"]
 
-    # Calls that need gradients: `_geglu_mlp_train` on the stable-ABI build (autograd
-    # registered from Python), `_geglu_mlp` with its C++ node on the version-tied one.
-    train_op = "_geglu_mlp_train" if lin._NATIVE_MLP_TRAIN else "_geglu_mlp"
-
     def check(native):
         mlp = (lambda python: ["_geglu_mlp"]) if native else (lambda python: python)
-        mlp_grad = (lambda python: [train_op]) if native else (lambda python: python)
+        # Calls that need gradients: `_geglu_mlp_train` (autograd registered from Python).
+        mlp_grad = (lambda python: ["_geglu_mlp_train"]) if native else (lambda python: python)
         lbg = (lambda python: ["_linear_bias_gelu"]) if native else (lambda python: python)
         cases = [
             ("linear_bias", lambda: kernel.linear_bias(x, wg, b), ["linear"]),
             ("linear_bias_gelu tanh+bias", lambda: kernel.linear_bias_gelu(x, wg, b), lbg(["_addmm_activation"] if cuda else ["linear"])),
-            ("linear_bias_gelu tanh+bias, grad", lambda: kernel.linear_bias_gelu(req(x), wg, b), lbg(["linear"])),
+            # `_linear_bias_gelu` is an inference op: with gradients, the composition.
+            ("linear_bias_gelu tanh+bias, grad", lambda: kernel.linear_bias_gelu(req(x), wg, b), ["linear"]),
             ("linear_bias_gelu exact", lambda: kernel.linear_bias_gelu(x, wg, b, approximate="none"), lbg(["linear"])),
             ("geglu_linear", lambda: kernel.geglu_linear(x, wg, wu), fused),
             ("geglu_linear merged", lambda: kernel.geglu_linear(x, wm), fused_merged),
@@ -737,9 +734,10 @@ def test_bad_inputs_raise_clear_errors(kernel, mlp_route):
 
 
 def test_opcheck_native_training_mlp(kernel):
-    """The per-layer native op `_geglu_mlp` (C++ autograd node): schema, fake
-    (registered in linear.py), autograd registration, AOT dispatch; split and merged
-    weights, merged and partial biases, residual."""
+    """The per-layer native ops: schema, fake (registered in linear.py), autograd
+    registration, AOT dispatch. `_geglu_mlp` and `_linear_bias_gelu` (inference ops),
+    `_geglu_mlp_train` (its backward registered from Python) and `_geglu_mlp_backward`;
+    split and merged weights, merged and partial biases, residual."""
     if DEV not in kernel.linear._NATIVE_MLP_DEVICE_TYPES:
         pytest.skip(f"this variant has no compiled training MLP for {DEV}")
     dtype = torch.float32
@@ -750,21 +748,22 @@ def test_opcheck_native_training_mlp(kernel):
     res = rand((5, 40), dtype, seed=8)
     wm = torch.cat([wg, wu])
     op = kernel._ops.ops._geglu_mlp.default
-    # The stable-ABI build trains through `_geglu_mlp_train` (autograd registered from
-    # Python); `_geglu_mlp` itself serves calls without gradients there.
-    train = kernel.linear._NATIVE_MLP_TRAIN
-    if train:
-        torch.library.opcheck(op, (x, wg, wu, wd, b24, None, b40, res, "tanh"))
-        torch.library.opcheck(op, (x, wm, None, wd, None, b24, b40, None, "none"))
-        op = kernel._ops.ops._geglu_mlp_train.default
-        # Its backward, one native call (bit i of `needs`: x, w_gate, w_up, w_down, b_gate, b_up, b_down).
-        bwd = kernel._ops.ops._geglu_mlp_backward.default
-        with torch.no_grad():
-            y, pre, h = op(x, wg, wu, wd, b24, b24, b40, None, "tanh")
-            ym, prem, hm = op(x, wm, None, wd, b48, None, None, None, "none")
-        torch.library.opcheck(bwd, (torch.ones_like(y), x, wg, wu, wd, b24, pre, h, 0b1111111, "tanh"))
-        torch.library.opcheck(bwd, (torch.ones_like(ym), x, wm, None, wd, b48, prem, hm, 0b0011011, "none"))
-        torch.library.opcheck(bwd, (torch.ones_like(y), x, wg, wu, wd, None, pre, h, 0b0001000, "tanh"))
+    # Training goes through `_geglu_mlp_train` (autograd registered from Python);
+    # `_geglu_mlp` itself serves calls without gradients.
+    torch.library.opcheck(op, (x, wg, wu, wd, b24, None, b40, res, "tanh"))
+    torch.library.opcheck(op, (x, wm, None, wd, None, b24, b40, None, "none"))
+    lbg = kernel._ops.ops._linear_bias_gelu.default
+    torch.library.opcheck(lbg, (x, wg, b24, "tanh"))
+    torch.library.opcheck(lbg, (rand((2, 3, 40), dtype, seed=9), wg, None, "none"))
+    op = kernel._ops.ops._geglu_mlp_train.default
+    # Its backward, one native call (bit i of `needs`: x, w_gate, w_up, w_down, b_gate, b_up, b_down).
+    bwd = kernel._ops.ops._geglu_mlp_backward.default
+    with torch.no_grad():
+        y, pre, h = op(x, wg, wu, wd, b24, b24, b40, None, "tanh")
+        ym, prem, hm = op(x, wm, None, wd, b48, None, None, None, "none")
+    torch.library.opcheck(bwd, (torch.ones_like(y), x, wg, wu, wd, b24, pre, h, 0b1111111, "tanh"))
+    torch.library.opcheck(bwd, (torch.ones_like(ym), x, wm, None, wd, b48, prem, hm, 0b0011011, "none"))
+    torch.library.opcheck(bwd, (torch.ones_like(y), x, wg, wu, wd, None, pre, h, 0b0001000, "tanh"))
     for args in (
         (L(x), L(wg), L(wu), L(wd), L(b24), None, L(b40), L(res), "tanh"),
         (L(x), L(wm), None, L(wd), L(b48), None, None, None, "none"),

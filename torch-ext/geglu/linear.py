@@ -6,11 +6,12 @@ leading dimensions (flattened to [tokens, in_features]). Every function validate
 its arguments once and is differentiable (x, weights, biases, residual).
 
 On a compiled variant geglu_mlp and linear_bias_gelu are one native op call each
-(`_geglu_mlp`: torch-ext/geglu_mlp.cpp, `_linear_bias_gelu`: torch-ext/linear_bias_gelu.cpp;
-the stable-ABI CPU build: torch-ext/stable/, with `_geglu_mlp_train` for calls that need
-gradients), which check the arguments (torch-ext/gemm_checks.h: the messages of
-_checks.py) and pick the kernels in C++; what follows is the Python route they replace, which the
-noarch (Triton-only) variant, tensor subclasses and torch.compile with gradients take.
+(torch-ext/stable/: `_geglu_mlp` and `_linear_bias_gelu` for inference, `_geglu_mlp_train`
+with its backward registered here for calls that need gradients), which check the
+arguments (torch-ext/stable/gemm_checks.h: the messages of _checks.py) and pick the
+kernels in C++; what follows is the Python route they replace, which the noarch
+(Triton-only) variant, tensor subclasses, torch.compile with gradients and
+linear_bias_gelu with gradients take.
 
 Routes (why each one wins, with the measurements: docs/DESIGN.md):
 
@@ -27,7 +28,7 @@ Routes (why each one wins, with the measurements: docs/DESIGN.md):
     geglu_mlp          geglu_linear's routes, then the down projection on cuBLAS with its
                        bias and the residual (`_down_proj`). The native op takes the same
                        routes in C++ (the Hopper engine where it serves, else cuBLAS and
-                       the geglu kernel) and trains through a C++ autograd node.
+                       the geglu kernel) and trains through `_geglu_mlp_train`.
 
 Merged gate/up weight: w_up=None means w_gate is [2*hidden, in] with the gate rows
 first (a fused gate_up_proj), read in place; its bias is then either merged (b_gate
@@ -212,8 +213,8 @@ def _down_proj(h: Tensor, w_down: Tensor, b_down: Optional[Tensor], residual: Op
     return F.linear(h, w_down, b_down).add_(residual)
 
 
-# Compiled variants carry the per-layer native ops (torch-ext/geglu_mlp.cpp,
-# torch-ext/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
+# Compiled variants carry the per-layer native ops (torch-ext/stable/geglu_mlp.cpp,
+# torch-ext/stable/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
 _NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "_geglu_mlp") else frozenset()
 # The same fact as a tensor flag ("is_cuda" / "is_cpu"; a build has one backend), read per
 # call instead of x.device.type, which builds a torch.device (host time: docs/DESIGN.md).
@@ -234,13 +235,11 @@ if _NATIVE_MLP_DEVICE_TYPES:
         pass
 
 
-# The stable-ABI build (the CPU variant) trains through `_geglu_mlp_train`, whose
-# autograd formula is registered here: the stable ABI has no autograd, so the C++ node
-# of the version-tied build (torch-ext/geglu_mlp.cpp) becomes this Python backward, the
-# same kernels in the same order. Only calls that need a gradient take it
+# The native module trains through `_geglu_mlp_train`, whose autograd formula is
+# registered here: torch's stable ABI has no autograd, so the backward is this Python
+# function around one native call. Only calls that need a gradient take it
 # (geglu_mlp_call): `_geglu_mlp` has no Python autograd kernel, which every inference
 # call would pay (docs/DESIGN.md, "Stable ABI").
-_NATIVE_MLP_TRAIN = bool(_NATIVE_MLP_DEVICE_TYPES) and hasattr(ops, "_geglu_mlp_train")
 
 
 def _geglu_mlp_train_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
@@ -264,9 +263,9 @@ def _geglu_mlp_train_setup(ctx, inputs, output) -> None:
 
 
 def _geglu_mlp_train_backward(ctx, grad, _grad_pre, _grad_h):
-    """The backward of the version-tied build's C++ node (torch-ext/geglu_mlp.cpp), as one
-    native call (`_geglu_mlp_backward`: the GeGLU backward kernel on the saved
-    pre-activations, torch's GEMMs for the rest); the residual's gradient is grad."""
+    """The backward of `_geglu_mlp_train` as one native call (`_geglu_mlp_backward`: the
+    GeGLU backward kernel on the saved pre-activations, torch's GEMMs for the rest);
+    the residual's gradient is grad."""
     if grad is None:
         return (None,) * 9
     x, w_gate, w_up, w_down, b_gate, _b_up, pre, h = ctx.saved_tensors
@@ -296,11 +295,21 @@ def _geglu_mlp_backward_fake(grad, x, w_gate, w_up, w_down, b_gate, pre, h, need
     return tuple(out)
 
 
-if _NATIVE_MLP_TRAIN and not torch._C._dispatch_has_kernel_for_dispatch_key(
+def _linear_bias_gelu_fake(x, weight, bias, approximate):
+    """Shapes of _linear_bias_gelu (an inference op) under torch.compile / fake tensors."""
+    check_x(x)
+    check_linear_operand("weight", weight, x, x.shape[-1])
+    check_vector("bias", bias, x, weight.shape[0])
+    check_approximate("approximate", approximate)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+if _NATIVE_MLP_DEVICE_TYPES and not torch._C._dispatch_has_kernel_for_dispatch_key(
     add_op_namespace_prefix("_geglu_mlp_train"), "Autograd"
 ):  # a second import of the same build finds them registered
     torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_fake)
     torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_backward"), _geglu_mlp_backward_fake)
+    torch.library.register_fake(add_op_namespace_prefix("_linear_bias_gelu"), _linear_bias_gelu_fake)
     torch.library.register_autograd(
         add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_backward, setup_context=_geglu_mlp_train_setup
     )
@@ -340,7 +349,7 @@ def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, a
 
     approximate: "tanh" (gelu_pytorch_tanh / gelu_new) or "none" (exact erf GELU).
     x: [..., in]; weight: [out, in]; bias: [out] or None. Returns [..., out]."""
-    if _native_call(x, (weight, bias), approximate):
+    if _native_call(x, (weight, bias), approximate) and not _needs_grad(x, weight, bias):
         return ops._linear_bias_gelu.default(x, weight, bias, approximate)
     check_x(x)
     check_linear_operand("weight", weight, x, x.shape[-1])
@@ -422,9 +431,7 @@ def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appr
             return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
         # An empty problem that needs gradients: the composition (autograd over torch's GEMMs).
         if 0 not in (x.numel(), w_gate.numel(), w_down.numel()):
-            if _NATIVE_MLP_TRAIN:
-                return ops._geglu_mlp_train.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)[0]
-            return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+            return ops._geglu_mlp_train.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)[0]
     _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     x2 = _flatten_tokens(x)
     res = None if residual is None else _flatten_tokens(residual)

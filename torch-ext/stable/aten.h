@@ -1,19 +1,15 @@
 #pragma once
-// The ATen ops the per-layer ops run (GEMMs, allocation, views), called through torch's
-// stable ABI: torch::stable ops where torch/csrc/stable/ops.h has them, else the
-// dispatcher's boxed entry (torch_call_dispatcher, torch >= 2.10) with the op's
-// arguments as StableIValues. The boxed entry converts only what the stable ABI can
-// carry (no Scalar), so ops with Scalar arguments (addmm's beta/alpha, add's alpha) are
-// reached through Scalar-free ones: aten::linear for x @ w.T + bias (which runs addmm
-// itself, the bias as beta=1 input, and takes a 2-d "bias" such as a residual), and
-// torch::stable::subtract with alpha = -1 for a + b.
+// The ATen ops the per-layer ops run, called through torch's stable ABI.
 //
-// Calls go through the dispatcher from the top, as at:: calls do: under torch.compile
-// or fake tensors they reach the ops' fake implementations.
+// geglu_stable::aten: shape ops and the few others the per-layer ops need outside
+// their GEMMs, through the dispatcher from the top, as at:: calls go (torch::stable
+// ops where torch/csrc/stable/ops.h has them, else the dispatcher's boxed entry,
+// torch_call_dispatcher, with the op's arguments as StableIValues).
 
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
@@ -28,38 +24,6 @@ template <size_t N>
 inline Tensor call(const char *op, const char *overload, std::array<StableIValue, N> &stack) {
   STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher(op, overload, stack.data(), TORCH_ABI_VERSION));
   return sd::to<Tensor>(stack[0]);
-}
-
-// a @ b
-inline Tensor mm(const Tensor &a, const Tensor &b) {
-  std::array<StableIValue, 2> s{sd::from(a), sd::from(b)};
-  return call("aten::mm", "", s);
-}
-
-// out = a @ b (out: a [M, N] view whose row stride is the GEMM's ldc)
-inline void mm_out(Tensor &out, const Tensor &a, const Tensor &b) {
-  std::array<StableIValue, 3> s{sd::from(a), sd::from(b), sd::from(out)};
-  call("aten::mm", "out", s);
-}
-
-// x @ w.T + bias. 2-d x with a bias runs addmm(bias, x, w.t()).
-inline Tensor linear(const Tensor &x, const Tensor &w, const std::optional<Tensor> &bias) {
-  std::array<StableIValue, 3> s{sd::from(x), sd::from(w), sd::from(bias)};
-  return call("aten::linear", "", s);
-}
-
-inline Tensor t(const Tensor &a) { return torch::stable::transpose(a, 0, 1); }
-
-inline Tensor narrow(const Tensor &a, int64_t dim, int64_t start, int64_t length) {
-  Tensor self = a;  // ops.h takes a non-const reference; a copy shares the tensor
-  return torch::stable::narrow(self, dim, start, length);
-}
-
-// a + b, exact (subtract's alpha = -1 multiplies by -1).
-inline Tensor add(const Tensor &a, const Tensor &b) { return torch::stable::subtract(a, b, -1.0); }
-
-inline Tensor empty(torch::headeronly::IntHeaderOnlyArrayRef size, const Tensor &like) {
-  return torch::stable::new_empty(like, size);
 }
 
 inline Tensor zeros_like(const Tensor &like) { return torch::stable::new_zeros(like, like.sizes()); }
@@ -77,12 +41,6 @@ inline Tensor cat0(const Tensor &a, const Tensor &b) {
   std::vector<Tensor> ts{a, b};
   std::array<StableIValue, 2> s{sd::from(ts), sd::from(int64_t{0})};
   return call("aten::cat", "", s);
-}
-
-// gelu(a, approximate)
-inline Tensor gelu(const Tensor &a, const std::string &approximate) {
-  std::array<StableIValue, 2> s{sd::from(a), sd::from(approximate)};
-  return call("aten::gelu", "", s);
 }
 
 }  // namespace geglu_stable::aten
@@ -180,6 +138,16 @@ inline Tensor linear(const Tensor &x, const Tensor &w, const std::optional<Tenso
   }
   return out;
 }
+
+#if defined(CUDA_KERNEL)
+// gelu_tanh(x @ w.T + bias) for a 2-d x: cuBLASLt's GELU_BIAS epilogue, one kernel.
+inline Tensor addmm_gelu(const Tensor &bias, const Tensor &x, const Tensor &w) {
+  AtenTensorHandle ret = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      aoti_torch_cuda__addmm_activation(bias.get(), x.get(), t(w).get(), 1.0, 1.0, /*use_gelu=*/1, &ret));
+  return Tensor(ret);
+}
+#endif
 
 // a + b
 inline Tensor add(const Tensor &a, const Tensor &b) {

@@ -1,5 +1,5 @@
-// Op registration of the stable-ABI build (the CPU backend): the schemas of
-// torch-ext/torch_binding.cpp, with boxed kernels written here.
+// Op registration of the native module (torch's stable ABI): the schemas, and the
+// boxed kernels of this build's one backend (CPU or CUDA), written here.
 //
 // The kernels are boxed by hand rather than with TORCH_BOX: the stable ABI's
 // std::string conversion of torch 2.10-2.13 (stableivalue_conversions.h, ToImpl<std::string>)
@@ -15,8 +15,8 @@
 #include "registration.h"
 #include "stable/binding.h"
 
-#if !defined(CPU_KERNEL)
-#error "the stable-ABI registration serves the CPU backend"
+#if defined(CPU_KERNEL) == defined(CUDA_KERNEL)
+#error "build exactly one backend: define CUDA_KERNEL or CPU_KERNEL"
 #endif
 
 namespace {
@@ -128,6 +128,18 @@ void boxed_linear_bias_gelu(StableIValue *stack, uint64_t, uint64_t) {
   stack[0] = sd::from(geglu_stable::linear_bias_gelu(x, weight, bias, approximate));
 }
 
+#if defined(CUDA_KERNEL)
+void boxed_geglu_linear_sm90(StableIValue *stack, uint64_t, uint64_t) {
+  const Tensor x = take_tensor(stack[0]);
+  const Tensor w_gate = take_tensor(stack[1]);
+  const Tensor w_up = take_tensor(stack[2]);
+  const OptTensor b_gate = take_opt(stack[3]);
+  const OptTensor b_up = take_opt(stack[4]);
+  const std::string approximate = take_str(stack[5]);
+  stack[0] = sd::from(geglu_stable::geglu_linear_sm90(x, w_gate, w_up, b_gate, b_up, approximate));
+}
+#endif
+
 }  // namespace
 
 // The namespace is unique per build (_geglu_<backend>_<tree hash>), so two builds of
@@ -147,13 +159,22 @@ STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
           "Tensor pre, Tensor h, int needs, str approximate) -> (Tensor?, Tensor?, Tensor?, Tensor?, Tensor?, Tensor?, "
           "Tensor?)");
   ops.def("_linear_bias_gelu(Tensor x, Tensor weight, Tensor? bias, str approximate) -> Tensor");
+#if defined(CUDA_KERNEL)
+  ops.def("_geglu_linear_sm90(Tensor x, Tensor w_gate, Tensor w_up, Tensor? b_gate, Tensor? b_up, "
+          "str approximate) -> Tensor");
+#endif
 }
 
-STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CompositeImplicitAutograd, ops) {
-  ops.impl("_linear_bias_gelu", &boxed_linear_bias_gelu);
-}
+// Backend kernels only: the inference ops (_geglu_mlp, _linear_bias_gelu,
+// _geglu_linear_sm90) carry no autograd kernel, and linear.py calls them only where no
+// gradient is needed; _geglu_mlp_train's autograd formula is registered from Python.
+#if defined(CUDA_KERNEL)
+#define GEGLU_BACKEND CUDA
+#else
+#define GEGLU_BACKEND CPU
+#endif
 
-STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, ops) {
+STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, GEGLU_BACKEND, ops) {
   ops.impl("gelu_and_mul", &boxed_out<geglu_stable::gelu_and_mul>);
   ops.impl("gelu_tanh_and_mul", &boxed_out<geglu_stable::gelu_tanh_and_mul>);
   ops.impl("gelu", &boxed_out<geglu_stable::gelu>);
@@ -163,4 +184,8 @@ STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, ops) {
   ops.impl("_geglu_mlp", &boxed_geglu_mlp);
   ops.impl("_geglu_mlp_train", &boxed_geglu_mlp_train);
   ops.impl("_geglu_mlp_backward", &boxed_geglu_mlp_backward);
+  ops.impl("_linear_bias_gelu", &boxed_linear_bias_gelu);
+#if defined(CUDA_KERNEL)
+  ops.impl("_geglu_linear_sm90", &boxed_geglu_linear_sm90);
+#endif
 }

@@ -1,8 +1,9 @@
 #pragma once
-// The ops of the stable-ABI build (torch/csrc/stable): one declaration per op, written
-// over torch::stable::Tensor. The CPU backend (geglu_kernels/cpu) implements the
-// activation ops and fused_gate_up; torch-ext/stable/ implements the per-layer ops over
-// them. torch-ext/stable/binding.cpp registers them with boxed kernels.
+// The ops of the native module (torch's stable ABI, torch/csrc/stable): one declaration
+// per op, written over torch::stable::Tensor. Each backend (geglu_kernels/cpu,
+// geglu_kernels/cuda) implements the activation ops and the fused GEMM hooks below;
+// torch-ext/stable/ implements the per-layer ops over them, and binding.cpp registers
+// them with boxed kernels. A build links exactly one backend.
 
 #include <optional>
 #include <string_view>
@@ -51,7 +52,8 @@ std::tuple<OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, Opt
     const Tensor &grad, const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
     const OptTensor &b_gate, const Tensor &pre, const Tensor &h, int64_t needs, std::string_view approximate);
 
-// _linear_bias_gelu (torch-ext/stable/linear_bias_gelu.cpp): gelu(x @ weight.T + bias).
+// _linear_bias_gelu (torch-ext/stable/linear_bias_gelu.cpp): gelu(x @ weight.T + bias),
+// inference (linear.py takes the differentiable composition when a gradient is needed).
 Tensor linear_bias_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, std::string_view approximate);
 
 // Whether this backend has a fused gate/up kernel at all (fused_gate_up below): the CPU
@@ -67,5 +69,17 @@ inline constexpr bool kHasFusedGateUp = true;
 // backend has no kernel for the call. x is [M, K] with M, K > 0, checked by the caller.
 OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
                         const OptTensor &b_up, bool tanh);
+
+#if defined(CUDA_KERNEL)
+// The inference bias + GELU GEMM _linear_bias_gelu asks the CUDA backend for:
+// gelu(x @ weight.T + bias) as a new [M, N] tensor, or std::nullopt where it has no
+// faster kernel than cuBLAS for the call. x is [M, K] with M, K > 0, weight [N, K].
+OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, bool tanh);
+
+// _geglu_linear_sm90: the Hopper GEMM engine with the GeGLU in its epilogue
+// (geglu_kernels/cuda/mlp_kernels.cpp); x [M, K], weights [hidden, K].
+Tensor geglu_linear_sm90(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                         const OptTensor &b_up, std::string_view approximate);
+#endif
 
 }  // namespace geglu_stable

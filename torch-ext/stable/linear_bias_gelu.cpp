@@ -1,14 +1,18 @@
-// _linear_bias_gelu on torch's stable ABI: gelu(x @ weight.T + bias), the argument
-// checks (gemm_checks.h) and aten::linear + aten::gelu in one native call.
+// _linear_bias_gelu on torch's stable ABI: gelu(x @ weight.T + bias), the op the
+// bias+GELU layer (BiasGeluIntermediate) runs for inference: the argument checks and
+// the route in one native call. A call that needs gradients takes linear.py's
+// composition (F.linear, then F.gelu), which autograd differentiates.
 //
-// Registered as CompositeImplicitAutograd: it runs ATen ops through the dispatcher,
-// so autograd differentiates them and torch.compile traces them (no fake needed).
-// The version-tied CUDA build (torch-ext/linear_bias_gelu.cpp) also takes cuBLASLt's
-// GELU_BIAS epilogue for tanh + bias without gradients; that needs requires_grad and
-// a Scalar-taking op, neither of which the stable ABI of torch 2.10 reaches, and the
-// CPU build never took it (the CPU _addmm_activation applies the exact GELU).
+// Routes, for real tensors of this build's device (fake ones use the fake in linear.py):
+// - CUDA: the backend's bias + GELU GEMM where it has a faster one than cuBLAS
+//   (fused_linear_gelu: the Hopper engine, both GELU forms, at the shapes
+//   geglu_kernels/cuda/mlp_kernels.cpp lists);
+// - CUDA, tanh GELU with a bias: cuBLASLt's GELU_BIAS epilogue (_addmm_activation: one
+//   kernel; the CPU _addmm_activation applies the exact GELU, so CPU never takes it);
+// - otherwise torch's GEMM with the bias in it, then this package's gelu kernel in place.
 
 #include <string>
+#include <vector>
 
 #include "stable/aten.h"
 #include "stable/binding.h"
@@ -19,10 +23,30 @@ namespace geglu_stable {
 Tensor linear_bias_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, std::string_view approximate) {
   gemm_checks::check_x(x);
   gemm_checks::check_linear_operand("weight", weight, x, x.size(-1));
-  const int64_t n[1] = {weight.size(0)};
-  gemm_checks::check_optional("bias", bias, x, IntArrayRef(n, 1));
-  gemm_checks::is_tanh(approximate);
-  return aten::gelu(aten::linear(x, weight, bias), std::string(approximate));
+  const int64_t n = weight.size(0), k = x.size(-1);
+  const int64_t ns[1] = {n};
+  gemm_checks::check_optional("bias", bias, x, IntArrayRef(ns, 1));
+  const bool tanh = gemm_checks::is_tanh(approximate);
+  const IntArrayRef xs = x.sizes();
+  std::vector<int64_t> out_shape(xs.begin(), xs.end());
+  out_shape.back() = n;
+  const int64_t x2_shape[2] = {-1, k};
+  const Tensor x2 = x.dim() == 2 ? x : aten::reshape(x, IntArrayRef(x2_shape, 2));
+  auto restore = [&](const Tensor &y) { return x.dim() == 2 ? y : aten::view(y, out_shape); };
+#if defined(CUDA_KERNEL)
+  // K == 0: _addmm_activation skips its GELU, and no kernel has anything to compute.
+  if (x.numel() > 0 && k > 0) {
+    if (OptTensor y = fused_linear_gelu(x2, weight, bias, tanh)) return restore(*y);
+    if (tanh && bias.has_value()) return restore(device::addmm_gelu(*bias, x2, weight));
+  }
+#endif
+  Tensor y = device::linear(x2, weight, bias);
+  if (tanh) {
+    gelu_tanh(y, y);
+  } else {
+    gelu(y, y);
+  }
+  return restore(y);
 }
 
 }  // namespace geglu_stable
