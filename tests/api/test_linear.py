@@ -276,8 +276,9 @@ def test_geglu_mlp_forward_backward(kernel, case, mlp_route):
         y = kernel.geglu_mlp(x, wg, wu, wd, biases=biases, residual=res, approximate="tanh")
         got = grads_of(y, dy, [x, wg, wu, wd, bg, bu, bd, res])
     names = {type(y.grad_fn).__name__} | {type(f).__name__ for f, _ in y.grad_fn.next_functions if f is not None}
-    # The native op's backward: `_geglu_mlp_train`, its autograd registered from Python.
-    native_node = any("_geglu_mlp_train" in n for n in names)
+    # The native route's autograd node: linear._GegluMlpTrain (its ops: `_geglu_mlp_train`
+    # forward, `_geglu_mlp_backward` backward).
+    native_node = any("GegluMlpTrain" in n for n in names)
     assert native_node == (mlp_route == "native"), names
 
     r = [ref64(t) for t in (x, wg, wu, wd, bg, bu, bd, res)]
@@ -418,7 +419,7 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
 
     def check(native):
         mlp = (lambda python: ["_geglu_mlp"]) if native else (lambda python: python)
-        # Calls that need gradients: `_geglu_mlp_train` (autograd registered from Python).
+        # Calls that need gradients: `_geglu_mlp_train` (inside linear._GegluMlpTrain).
         mlp_grad = (lambda python: ["_geglu_mlp_train"]) if native else (lambda python: python)
         lbg = (lambda python: ["_linear_bias_gelu"]) if native else (lambda python: python)
         cases = [
@@ -736,20 +737,18 @@ def test_bad_inputs_raise_clear_errors(kernel, mlp_route):
 def test_opcheck_native_training_mlp(kernel):
     """The per-layer native ops: schema, fake (registered in linear.py), autograd
     registration, AOT dispatch. `_geglu_mlp` and `_linear_bias_gelu` (inference ops),
-    `_geglu_mlp_train` (its backward registered from Python) and `_geglu_mlp_backward`;
-    split and merged weights, merged and partial biases, residual."""
+    and `_geglu_mlp_train` / `_geglu_mlp_backward` (the two halves of linear._GegluMlpTrain,
+    which owns the autograd: the ops themselves carry none); split and merged weights,
+    merged and partial biases, residual."""
     if DEV not in kernel.linear._NATIVE_MLP_DEVICE_TYPES:
         pytest.skip(f"this variant has no compiled training MLP for {DEV}")
     dtype = torch.float32
-    L = leaf
     x = rand((5, 40), dtype, seed=1)
     wg, wu, wd = weight(24, 40, dtype, 2), weight(24, 40, dtype, 3), weight(40, 24, dtype, 4)
     b24, b40, b48 = rand((24,), dtype, seed=5), rand((40,), dtype, seed=6), rand((48,), dtype, seed=7)
     res = rand((5, 40), dtype, seed=8)
     wm = torch.cat([wg, wu])
     op = kernel._ops.ops._geglu_mlp.default
-    # Training goes through `_geglu_mlp_train` (autograd registered from Python);
-    # `_geglu_mlp` itself serves calls without gradients.
     torch.library.opcheck(op, (x, wg, wu, wd, b24, None, b40, res, "tanh"))
     torch.library.opcheck(op, (x, wm, None, wd, None, b24, b40, None, "none"))
     lbg = kernel._ops.ops._linear_bias_gelu.default
@@ -765,10 +764,9 @@ def test_opcheck_native_training_mlp(kernel):
     torch.library.opcheck(bwd, (torch.ones_like(ym), x, wm, None, wd, b48, prem, hm, 0b0011011, "none"))
     torch.library.opcheck(bwd, (torch.ones_like(y), x, wg, wu, wd, None, pre, h, 0b0001000, "tanh"))
     for args in (
-        (L(x), L(wg), L(wu), L(wd), L(b24), None, L(b40), L(res), "tanh"),
-        (L(x), L(wm), None, L(wd), L(b48), None, None, None, "none"),
-        (L(x), L(wm), None, L(wd), None, L(b24), L(b40), L(res), "tanh"),
-        (x, wg, wu, L(wd), None, None, None, None, "none"),
+        (x, wg, wu, wd, b24, None, b40, res, "tanh"),
+        (x, wm, None, wd, b48, None, None, None, "none"),
+        (x, wm, None, wd, None, b24, b40, res, "tanh"),
     ):
         torch.library.opcheck(op, args)
 

@@ -11,6 +11,7 @@ variants removed from a copy of build/, it loads torch-cuda, whose geglu runs Tr
 """
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,8 @@ def _names():
         "torch211-cxx11-cpu-x86_64-linux",
         "torch213-cxx11-cpu-x86_64-linux",
         "torch-stable-abi210-cpu-x86_64-linux",
+        "torch-stable-abi210-cu130-x86_64-linux",
+        "torch-stable-abi210-cu126-x86_64-linux",
         NOARCH,
     ]
     return sorted(set(built) | set(extra))
@@ -91,28 +94,34 @@ def test_build_dir_variants_parse():
 
 
 @pytest.mark.parametrize(
-    "cuda, torch_version, expected",
+    "cuda, torch_version, expected, tied",
     [
-        ("13.0", "2.11", "torch211-cxx11-cu130-x86_64-linux"),
-        ("13.0", "2.13", "torch213-cxx11-cu130-x86_64-linux"),
-        ("13.2", "2.13", "torch213-cxx11-cu130-x86_64-linux"),  # minor <= system minor fits
-        ("12.6", "2.13", "torch213-cxx11-cu126-x86_64-linux"),
+        ("13.0", "2.11", "torch-stable-abi210-cu130-x86_64-linux", "torch211-cxx11-cu130-x86_64-linux"),
+        ("13.0", "2.13", "torch-stable-abi210-cu130-x86_64-linux", "torch213-cxx11-cu130-x86_64-linux"),
+        # minor <= system minor fits
+        ("13.2", "2.13", "torch-stable-abi210-cu130-x86_64-linux", "torch213-cxx11-cu130-x86_64-linux"),
+        ("12.6", "2.13", "torch-stable-abi210-cu126-x86_64-linux", "torch213-cxx11-cu126-x86_64-linux"),
+        # no version-tied build for torch 2.12 or 2.15: the stable-ABI one loads there
+        ("13.0", "2.12", "torch-stable-abi210-cu130-x86_64-linux", None),
+        ("13.0", "2.15", "torch-stable-abi210-cu130-x86_64-linux", None),
     ],
 )
-def test_compiled_variant_preferred_over_torch_cuda(cuda, torch_version, expected):
+def test_compiled_variant_preferred_over_torch_cuda(cuda, torch_version, expected, tied):
+    """The stable-ABI CUDA build (build.toml [torch.stable-abi]) comes first on every torch
+    from 2.10 on; a version-tied name of the same build stays for older `kernels`."""
     from kernels.backends import CUDA
 
     accepted = _resolve(_names(), CUDA(version=Version(cuda)), torch_version)
     assert accepted[0] == expected, accepted
+    assert tied is None or tied in accepted, accepted
     assert NOARCH in accepted and accepted.index(NOARCH) > 0
 
 
 @pytest.mark.parametrize(
     "cuda, torch_version",
     [
-        ("12.6", "2.11"),  # no cu12x build for torch 2.11
-        ("13.0", "2.12"),  # no build for torch 2.12 at all
-        ("12.9", "2.10"),
+        ("13.0", "2.9"),  # below the stable ABI's 2.10, and no version-tied build
+        ("12.4", "2.13"),  # older than every compiled toolkit (cu126 needs >= 12.6)
     ],
 )
 def test_torch_cuda_chosen_when_no_compiled_variant_fits(cuda, torch_version):
@@ -253,7 +262,7 @@ def test_get_kernel_falls_back_to_torch_cuda(tmp_path, monkeypatch):
 
     (tmp_path / "build").mkdir()
     for name in _built_variants():
-        if "-cxx11-cu" not in name:  # drop the compiled CUDA variant only
+        if not re.search(r"-cu\d", name):  # drop the compiled CUDA variants only
             shutil.copytree(BUILD / name, tmp_path / "build" / name, ignore=shutil.ignore_patterns("__pycache__"))
     assert (tmp_path / "build" / NOARCH).is_dir()
     monkeypatch.setenv("LOCAL_KERNELS", f"{REPO_ID}={tmp_path}")

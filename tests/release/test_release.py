@@ -41,9 +41,12 @@ VERSION = read_config(REPO).version
 
 def test_required_variants_are_the_release_matrix():
     names = {v.name for v in required_variants(read_config(REPO), load_versions())}
-    # The CPU backend is built on torch's stable ABI: one variant per platform, which the
-    # version-tied CPU names of the matrix copy (tools/variants.py, BUILDER_ALIAS).
+    # Both backends are built on torch's stable ABI: one variant per platform (and CUDA
+    # toolkit), which the version-tied names of the matrix copy (tools/variants.py,
+    # BUILDER_ALIAS).
     expected = {"torch-cuda", "torch-stable-abi210-cpu-x86_64-linux", "torch-stable-abi210-cpu-aarch64-linux"}
+    for arch in ("x86_64", "aarch64"):
+        expected |= {f"torch-stable-abi210-{cu}-{arch}-linux" for cu in ("cu126", "cu130", "cu132")}
     for t in ("212", "213", "214", "215"):
         for arch in ("x86_64", "aarch64"):
             expected.add(f"torch{t}-cxx11-cpu-{arch}-linux")
@@ -53,11 +56,15 @@ def test_required_variants_are_the_release_matrix():
     # CUDA 12.6's nvcc knows no Blackwell: those archs are left out of the cu126 variants.
     assert "10.0" not in caps["torch213-cxx11-cu126-x86_64-linux"]
     assert "10.0" in caps["torch213-cxx11-cu130-x86_64-linux"]
+    assert caps["torch-stable-abi210-cu126-x86_64-linux"] == caps["torch213-cxx11-cu126-x86_64-linux"]
     by_name = {v.name: v for v in required_variants(read_config(REPO), load_versions())}
     for t in ("212", "213", "214", "215"):
         for arch in ("x86_64", "aarch64"):
             alias = by_name[f"torch{t}-cxx11-cpu-{arch}-linux"]
             assert alias.builder == BUILDER_ALIAS and alias.alias_of == f"torch-stable-abi210-cpu-{arch}-linux"
+            for cu in ("cu126", "cu130", "cu132"):
+                alias = by_name[f"torch{t}-cxx11-{cu}-{arch}-linux"]
+                assert alias.builder == BUILDER_ALIAS and alias.alias_of == f"torch-stable-abi210-{cu}-{arch}-linux"
 
 
 def test_build_toml_bounds_narrow_the_matrix():
@@ -85,7 +92,8 @@ def test_variants_cli_json_marks_what_this_machine_builds():
     res = subprocess.run([sys.executable, "-m", "tools.variants", "--json"], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)["variants"]
-    assert len(rows) == 35  # 4 torch releases x (6 CUDA + 2 CPU copies) + 2 stable-ABI CPU + torch-cuda
+    # 4 torch releases x (6 CUDA + 2 CPU copies) + 6 stable-ABI CUDA + 2 stable-ABI CPU + torch-cuda
+    assert len(rows) == 41
     local = {r["name"] for r in rows if r["local"]}
     assert {LOCAL_CPU, "torch-stable-abi210-cpu-x86_64-linux", NOARCH_VARIANT} <= local
     assert all(r["local_reason"] for r in rows if not r["local"])

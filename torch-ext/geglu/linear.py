@@ -235,11 +235,15 @@ if _NATIVE_MLP_DEVICE_TYPES:
         pass
 
 
-# The native module trains through `_geglu_mlp_train`, whose autograd formula is
-# registered here: torch's stable ABI has no autograd, so the backward is this Python
-# function around one native call. Only calls that need a gradient take it
-# (geglu_mlp_call): `_geglu_mlp` has no Python autograd kernel, which every inference
-# call would pay (docs/DESIGN.md, "Stable ABI").
+# The native module trains through `_GegluMlpTrain`: torch's stable ABI has no
+# autograd, so the autograd node is this Python Function around two native calls,
+# `_geglu_mlp_train` (the forward, returning also what backward needs) and
+# `_geglu_mlp_backward`. A plain autograd.Function, not torch.library.register_autograd
+# on the op: the library's wrapper cost ~110 us more host time per forward on the H100's
+# host (benchmarks/results/stable_abi/train_autograd_probe_h100.log). Only eager calls
+# that need a gradient take it (geglu_mlp_call; torch.compile differentiates the
+# composition): `_geglu_mlp` has no autograd kernel, which every inference call would
+# pay (docs/DESIGN.md, "Stable ABI").
 
 
 def _geglu_mlp_train_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
@@ -253,30 +257,30 @@ def _geglu_mlp_train_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residua
     )
 
 
-def _geglu_mlp_train_setup(ctx, inputs, output) -> None:
-    x, w_gate, w_up, w_down, b_gate, b_up, _b_down, _residual, approximate = inputs
-    _y, pre, h = output
-    ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, b_up, pre, h)
-    ctx.approximate = approximate
-    ctx.mark_non_differentiable(pre, h)
-    ctx.set_materialize_grads(False)
+class _GegluMlpTrain(torch.autograd.Function):
+    """geglu_mlp with gradients, as one native call each way: saves x, the
+    pre-activations [gate | up] and h = gelu(gate) * up."""
 
+    @staticmethod
+    def forward(ctx, x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
+        y, pre, h = ops._geglu_mlp_train.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+        ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, pre, h)
+        ctx.approximate = approximate
+        return y
 
-def _geglu_mlp_train_backward(ctx, grad, _grad_pre, _grad_h):
-    """The backward of `_geglu_mlp_train` as one native call (`_geglu_mlp_backward`: the
-    GeGLU backward kernel on the saved pre-activations, torch's GEMMs for the rest);
-    the residual's gradient is grad."""
-    if grad is None:
-        return (None,) * 9
-    x, w_gate, w_up, w_down, b_gate, _b_up, pre, h = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    needs = sum(1 << i for i in range(7) if need[i])
-    g = grad.reshape(-1, grad.shape[-1])
-    if not g.is_contiguous():
-        g = g.contiguous()
-    grads = ops._geglu_mlp_backward.default(g, _flatten_tokens(x), w_gate, w_up, w_down, b_gate, pre, h, needs, ctx.approximate)
-    dx = grads[0] if grads[0] is None or x.dim() == 2 else grads[0].view(x.shape)
-    return (dx, *grads[1:], grad if need[7] else None, None)
+    @staticmethod
+    def backward(ctx, grad):
+        """`_geglu_mlp_backward`: the GeGLU backward kernel on the saved pre-activations,
+        torch's GEMMs for the rest; the residual's gradient is grad."""
+        x, w_gate, w_up, w_down, b_gate, pre, h = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        needs = sum(1 << i for i in range(7) if need[i])
+        g = grad.reshape(-1, grad.shape[-1])
+        if not g.is_contiguous():
+            g = g.contiguous()
+        grads = ops._geglu_mlp_backward.default(g, _flatten_tokens(x), w_gate, w_up, w_down, b_gate, pre, h, needs, ctx.approximate)
+        dx = grads[0] if grads[0] is None or x.dim() == 2 else grads[0].view(x.shape)
+        return (dx, *grads[1:], grad if need[7] else None, None)
 
 
 def _geglu_mlp_backward_fake(grad, x, w_gate, w_up, w_down, b_gate, pre, h, needs, approximate):
@@ -304,15 +308,13 @@ def _linear_bias_gelu_fake(x, weight, bias, approximate):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-if _NATIVE_MLP_DEVICE_TYPES and not torch._C._dispatch_has_kernel_for_dispatch_key(
-    add_op_namespace_prefix("_geglu_mlp_train"), "Autograd"
-):  # a second import of the same build finds them registered
-    torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_fake)
-    torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_backward"), _geglu_mlp_backward_fake)
-    torch.library.register_fake(add_op_namespace_prefix("_linear_bias_gelu"), _linear_bias_gelu_fake)
-    torch.library.register_autograd(
-        add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_backward, setup_context=_geglu_mlp_train_setup
-    )
+if _NATIVE_MLP_DEVICE_TYPES:
+    try:
+        torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_fake)
+        torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_backward"), _geglu_mlp_backward_fake)
+        torch.library.register_fake(add_op_namespace_prefix("_linear_bias_gelu"), _linear_bias_gelu_fake)
+    except RuntimeError:  # a second import of the same build: registered by the first
+        pass
 
 
 def _native_call(x, tensors, approximate: str) -> bool:
@@ -431,7 +433,7 @@ def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appr
             return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
         # An empty problem that needs gradients: the composition (autograd over torch's GEMMs).
         if 0 not in (x.numel(), w_gate.numel(), w_down.numel()):
-            return ops._geglu_mlp_train.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)[0]
+            return _GegluMlpTrain.apply(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     x2 = _flatten_tokens(x)
     res = None if residual is None else _flatten_tokens(residual)
