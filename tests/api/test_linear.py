@@ -294,6 +294,30 @@ def test_geglu_mlp_forward_backward(kernel, case, mlp_route):
     assert_close(y_inf, ref, dtype, "forward (no grad)")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_ops_on_strided_3d_inputs(kernel, dtype):
+    """The native ops flatten [..., K] inputs to [M, K] without the dispatcher where the
+    leading dimensions collapse to one row stride (a view), and through a reshape copy
+    where they do not: both give the reference, and so do a residual that does not
+    collapse and operands that start past their storage's first element."""
+    base = rand((3, 4, 72), dtype, seed=1)
+    x_view = base[..., 8:48]  # leading dims collapse, row stride 72 > K = 40
+    x_copy = rand((4, 3, 40), dtype, seed=2).transpose(0, 1)  # leading dims do not collapse
+    # Weights and bias as views that start past their storage's first element.
+    wg = rand((24, 56), dtype, scale=40**-0.5, seed=3)[:, 16:]
+    wu, wd = weight(24, 40, dtype, 4), rand((48, 24), dtype, scale=24**-0.5, seed=5)[8:]
+    bd = rand((50,), dtype, seed=6)[10:]
+    res = rand((4, 3, 40), dtype, seed=7).transpose(0, 1)
+    for x in (x_view, x_copy):
+        with torch.no_grad():
+            y = kernel.geglu_mlp(x, wg, wu, wd, biases=(None, None, bd), residual=res)
+            z = kernel.linear_bias_gelu(x, wg, bd[:24], approximate="none")
+        rx, rwg, rwu, rwd, rbd, rres = (ref64(t) for t in (x, wg, wu, wd, bd, res))
+        assert y.shape == (3, 4, 40) and z.shape == (3, 4, 24)
+        assert_close(y, F.linear(ref_geglu(rx, rwg, rwu, None, None, "tanh"), rwd, rbd) + rres, dtype, "geglu_mlp")
+        assert_close(z, F.gelu(F.linear(rx, rwg, rbd[:24])), dtype, "linear_bias_gelu")
+
+
 def test_geglu_mlp_partial_training(kernel, mlp_route):
     """Frozen parts get no grad; training only w_down / b_down still takes the
     training route and gives their grads."""

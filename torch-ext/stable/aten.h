@@ -28,10 +28,6 @@ inline Tensor call(const char *op, const char *overload, std::array<StableIValue
 
 inline Tensor zeros_like(const Tensor &like) { return torch::stable::new_zeros(like, like.sizes()); }
 
-inline Tensor view(const Tensor &a, torch::headeronly::IntHeaderOnlyArrayRef size) {
-  return torch::stable::view(a, size);
-}
-
 inline Tensor reshape(const Tensor &a, torch::headeronly::IntHeaderOnlyArrayRef size) {
   return torch::stable::reshape(a, size);
 }
@@ -88,19 +84,59 @@ inline Tensor empty(torch::headeronly::IntHeaderOnlyArrayRef sizes, const Tensor
   return Tensor(ret);
 }
 
-// A view of t's storage with these sizes and strides (aoti_torch__reinterpret_tensor:
-// no dispatcher, no autograd view tracking; the views below never leave a kernel).
+// A view of t's storage with these sizes and strides, starting `offset` elements past t's
+// own first element (aoti_torch__reinterpret_tensor, whose offset adds to t's storage
+// offset: at::_reinterpret_tensor's offset_increment; no dispatcher, no autograd view
+// tracking: the views below are internal to a kernel, or its fresh output).
 inline Tensor restride(const Tensor &t, int64_t ndim, const int64_t *sizes, const int64_t *strides, int64_t offset) {
   AtenTensorHandle ret = nullptr;
   STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch__reinterpret_tensor(t.get(), ndim, sizes, strides, offset, &ret));
   return Tensor(ret);
 }
 
+// t [..., n] as a [rows, n] view, without the dispatcher (torch.reshape through it costs
+// ~8 us of host time per call on the lent H100 host): where t's leading dimensions
+// collapse to one row stride, as they do for any tensor with contiguous rows; else
+// std::nullopt (the caller reshapes through the dispatcher, which may copy).
+inline std::optional<Tensor> rows_view(const Tensor &t) {
+  const int64_t ndim = t.dim();
+  const int64_t n = t.size(ndim - 1);
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < ndim; ++d) rows *= t.size(d);
+  int64_t row_stride = -1, inner = 1;
+  for (int64_t d = ndim - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (row_stride < 0) {
+      row_stride = t.stride(d);
+    } else if (t.stride(d) != row_stride * inner) {
+      return std::nullopt;
+    }
+    inner *= t.size(d);
+  }
+  if (row_stride < 0 || rows == 0) row_stride = n;
+  const int64_t sizes[2] = {rows, n};
+  const int64_t strides[2] = {row_stride, t.stride(ndim - 1)};
+  return restride(t, 2, sizes, strides, 0);
+}
+
+// A contiguous tensor viewed with other sizes of the same element count.
+inline Tensor contiguous_view(const Tensor &t, torch::headeronly::IntHeaderOnlyArrayRef sizes) {
+  constexpr size_t kMaxDim = 8;
+  STD_TORCH_CHECK(sizes.size() <= kMaxDim, "geglu: more than 8 dimensions");
+  int64_t strides[kMaxDim];
+  int64_t step = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = step;
+    step *= sizes[i] > 1 ? sizes[i] : 1;
+  }
+  return restride(t, static_cast<int64_t>(sizes.size()), sizes.data(), strides, 0);
+}
+
 // w.t() of a 2-d tensor.
 inline Tensor t(const Tensor &w) {
   const int64_t sizes[2] = {w.size(1), w.size(0)};
   const int64_t strides[2] = {w.stride(1), w.stride(0)};
-  return restride(w, 2, sizes, strides, w.storage_offset());
+  return restride(w, 2, sizes, strides, 0);
 }
 
 // a.narrow(dim, start, length) of a 1-d or 2-d tensor.
@@ -113,7 +149,7 @@ inline Tensor narrow(const Tensor &a, int64_t dim, int64_t start, int64_t length
     strides[d] = a.stride(d);
   }
   sizes[dim] = length;
-  return restride(a, ndim, sizes, strides, a.storage_offset() + start * strides[dim]);
+  return restride(a, ndim, sizes, strides, start * strides[dim]);
 }
 
 // out = a @ b

@@ -70,6 +70,13 @@ Tensor down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, cons
   return residual.has_value() ? device::add(y, *residual) : y;
 }
 
+// t [..., n] as [rows, n]: a view where the leading dimensions collapse, else a copy.
+Tensor as_rows(const Tensor &t) {
+  if (OptTensor v = device::rows_view(t)) return *v;
+  const int64_t shape[2] = {-1, t.size(-1)};
+  return aten::reshape(t, IntArrayRef(shape, 2));
+}
+
 // The problem of one call, checked, with x and the residual as [M, K] / [M, N] views.
 struct Problem {
   Tensor x;
@@ -93,12 +100,9 @@ Problem check_and_flatten(const Tensor &x, const Tensor &w_gate, const OptTensor
   gemm_checks::check_optional("residual", residual, x, out_shape);
   const bool tanh = gemm_checks::is_tanh(approximate);
   if (x.dim() == 2) return {x, residual, std::move(out_shape), tanh};
-  const int64_t k = x.size(-1);
-  const int64_t x2[2] = {-1, k};
-  const int64_t r2[2] = {-1, n};
   OptTensor res;
-  if (residual.has_value()) res = aten::reshape(*residual, IntArrayRef(r2, 2));
-  return {aten::reshape(x, IntArrayRef(x2, 2)), res, std::move(out_shape), tanh};
+  if (residual.has_value()) res = as_rows(*residual);
+  return {as_rows(x), res, std::move(out_shape), tanh};
 }
 
 Tensor geglu_halves(const Tensor &pre, std::string_view approximate) {
@@ -107,7 +111,7 @@ Tensor geglu_halves(const Tensor &pre, std::string_view approximate) {
 }
 
 Tensor restore_shape(const Tensor &y, const Problem &p) {
-  return p.x.dim() == static_cast<int64_t>(p.out_shape.size()) ? y : aten::view(y, p.out_shape);
+  return p.x.dim() == static_cast<int64_t>(p.out_shape.size()) ? y : device::contiguous_view(y, p.out_shape);
 }
 
 }  // namespace

@@ -31,16 +31,18 @@ Tensor linear_bias_gelu(const Tensor &x, const Tensor &weight, const OptTensor &
   std::vector<int64_t> out_shape(xs.begin(), xs.end());
   out_shape.back() = n;
   const int64_t x2_shape[2] = {-1, k};
-  const Tensor x2 = x.dim() == 2 ? x : aten::reshape(x, IntArrayRef(x2_shape, 2));
-  auto restore = [&](const Tensor &y) { return x.dim() == 2 ? y : aten::view(y, out_shape); };
+  OptTensor x2 = x.dim() == 2 ? OptTensor(x) : device::rows_view(x);
+  if (!x2.has_value()) x2 = aten::reshape(x, IntArrayRef(x2_shape, 2));
+  // y is a new contiguous [M, N] tensor.
+  auto restore = [&](const Tensor &y) { return x.dim() == 2 ? y : device::contiguous_view(y, out_shape); };
 #if defined(CUDA_KERNEL)
   // K == 0: _addmm_activation skips its GELU, and no kernel has anything to compute.
   if (x.numel() > 0 && k > 0) {
-    if (OptTensor y = fused_linear_gelu(x2, weight, bias, tanh)) return restore(*y);
-    if (tanh && bias.has_value()) return restore(device::addmm_gelu(*bias, x2, weight));
+    if (OptTensor y = fused_linear_gelu(*x2, weight, bias, tanh)) return restore(*y);
+    if (tanh && bias.has_value()) return restore(device::addmm_gelu(*bias, *x2, weight));
   }
 #endif
-  Tensor y = device::linear(x2, weight, bias);
+  Tensor y = device::linear(*x2, weight, bias);
   if (tanh) {
     gelu_tanh(y, y);
   } else {
