@@ -38,7 +38,7 @@ def log(msg: str) -> None:
     print(f"[build] {msg}", flush=True)
 
 
-# The oldest torch whose headers compile the stable-ABI sources (torch-ext/stable/,
+# The oldest torch whose headers compile the stable-ABI sources (torch-ext/,
 # geglu_kernels/cpu/): 2.11's lack STABLE_TORCH_ERROR_CODE_CHECK and their sleef.h
 # refuses TORCH_TARGET_VERSION (seen on the lent GPU machines); 2.13, CI's, builds them.
 # What it builds loads on every torch from the `[torch.stable-abi]` target (2.10) on.

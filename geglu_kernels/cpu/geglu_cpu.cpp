@@ -1,4 +1,4 @@
-// CPU implementation of the activation ops of torch-ext/stable/binding.h, on torch's
+// CPU implementation of the activation ops of torch-ext/torch_binding.h, on torch's
 // stable ABI: argument checks, the [rows, width] view of each tensor, and the choice of
 // instruction set. The arithmetic lives in geglu_cpu_kernels.h, compiled here for the
 // baseline ISA (ATen's DEFAULT) and in geglu_cpu_avx2.cpp / geglu_cpu_avx512.cpp for
@@ -19,9 +19,9 @@
 
 #include <torch/csrc/stable/ops.h>
 
-#include "common/stable_checks.h"
-#include "stable/aten.h"
-#include "stable/binding.h"
+#include "common/tensor_checks.h"
+#include "aten.h"
+#include "torch_binding.h"
 
 namespace geglu_cpu {
 
@@ -88,7 +88,7 @@ const KernelTable &kernels() {
 
 // ---------------------------------------------------------------- argument checks
 // Every failure raises ValueError naming the op and the argument; the checks and the
-// [rows, width] rule are common/stable_checks.h (the rules of common/tensor_checks.h).
+// [rows, width] rule are common/tensor_checks.h (the rules of common/tensor_checks.h).
 
 using geglu_stable::check_input;
 using geglu_stable::check_matches;
@@ -217,7 +217,7 @@ std::tuple<Tensor, Tensor> geglu_backward_impl(const Tensor &grad_out, const Ten
 } // namespace
 } // namespace geglu_cpu
 
-// ---------------------------------------------------------------- stable/binding.h
+// ---------------------------------------------------------------- torch_binding.h
 
 namespace geglu_stable {
 

@@ -1,8 +1,8 @@
-// The fused inference gate/up GEMM of _geglu_mlp (stable/binding.h) on CPU: none. ATen's
+// The fused inference gate/up GEMM of _geglu_mlp (torch_binding.h) on CPU: none. ATen's
 // GEMMs (oneDNN / MKL) with the geglu kernel between them serve every CPU call, and a
 // fused CPU GEMM would have to beat them first.
 
-#include "stable/binding.h"
+#include "torch_binding.h"
 
 namespace geglu_stable {
 

@@ -1,4 +1,4 @@
-// The fused inference GEMMs the native ops ask the CUDA backend for (stable/binding.h),
+// The fused inference GEMMs the native ops ask the CUDA backend for (torch_binding.h),
 // decided on the host from shapes, dtype, alignment and the device alone (no data, no
 // sync: the same choice is replayed under CUDA-graph capture):
 // - fused_gate_up (_geglu_mlp): the Hopper GEMM engine (geglu_gemm_sm90.cu) on sm_90
@@ -20,12 +20,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common/stable_checks.h"
+#include "common/tensor_checks.h"
 #include "cuda_context.h"
 #include "geglu_gemm_sm90.h"
 #include "linear_gelu_sm90.h"
-#include "stable/aten.h"
-#include "stable/binding.h"
+#include "aten.h"
+#include "torch_binding.h"
 
 namespace geglu_stable {
 namespace {

@@ -1,11 +1,11 @@
-// The CUDA activation ops of torch-ext/stable/binding.h, on torch's stable ABI:
+// The CUDA activation ops of torch-ext/torch_binding.h, on torch's stable ABI:
 // argument checks, the [rows, width] view of each tensor (never a hidden copy), then
 // one launch of the elementwise kernel (geglu_cuda.cu) on the current stream of the
 // tensors' device.
 //
 // Bad input raises ValueError whose message names the op, the argument and what was
 // expected, like the package's Python checks (_checks.py); the checks and the
-// [rows, width] rule are common/stable_checks.h, shared with the CPU backend.
+// [rows, width] rule are common/tensor_checks.h, shared with the CPU backend.
 
 // shim.h declares its CUDA entries (aoti_torch_get_current_cuda_stream) only under
 // USE_CUDA; it must be set before the first include that reaches shim.h.
@@ -18,11 +18,11 @@
 #include <tuple>
 #include <vector>
 
-#include "common/stable_checks.h"
+#include "common/tensor_checks.h"
 #include "cuda_context.h"
 #include "rowwise.h"
-#include "stable/aten.h"
-#include "stable/binding.h"
+#include "aten.h"
+#include "torch_binding.h"
 
 namespace geglu_cuda {
 
@@ -145,7 +145,7 @@ std::tuple<Tensor, Tensor> geglu_backward_new(std::string_view op, bool tanh, co
 }  // namespace
 }  // namespace geglu_cuda
 
-// ---------------------------------------------------------------- stable/binding.h
+// ---------------------------------------------------------------- torch_binding.h
 
 namespace geglu_stable {
 

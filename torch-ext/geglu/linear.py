@@ -6,9 +6,9 @@ leading dimensions (flattened to [tokens, in_features]). Every function validate
 its arguments once and is differentiable (x, weights, biases, residual).
 
 On a compiled variant geglu_mlp and linear_bias_gelu are one native op call each
-(torch-ext/stable/: `_geglu_mlp` and `_linear_bias_gelu` for inference, `_geglu_mlp_train`
+(torch-ext/: `_geglu_mlp` and `_linear_bias_gelu` for inference, `_geglu_mlp_train`
 with its backward registered here for calls that need gradients), which check the
-arguments (torch-ext/stable/gemm_checks.h: the messages of _checks.py) and pick the
+arguments (torch-ext/gemm_checks.h: the messages of _checks.py) and pick the
 kernels in C++; what follows is the Python route they replace, which the noarch
 (Triton-only) variant, tensor subclasses, torch.compile with gradients and
 linear_bias_gelu with gradients take.
@@ -213,8 +213,8 @@ def _down_proj(h: Tensor, w_down: Tensor, b_down: Optional[Tensor], residual: Op
     return F.linear(h, w_down, b_down).add_(residual)
 
 
-# Compiled variants carry the per-layer native ops (torch-ext/stable/geglu_mlp.cpp,
-# torch-ext/stable/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
+# Compiled variants carry the per-layer native ops (torch-ext/geglu_mlp.cpp,
+# torch-ext/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
 _NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "_geglu_mlp") else frozenset()
 # The same fact as a tensor flag ("is_cuda" / "is_cpu"; a build has one backend), read per
 # call instead of x.device.type, which builds a torch.device (host time: docs/DESIGN.md).

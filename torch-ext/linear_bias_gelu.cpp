@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "stable/aten.h"
-#include "stable/binding.h"
-#include "stable/gemm_checks.h"
+#include "aten.h"
+#include "torch_binding.h"
+#include "gemm_checks.h"
 
 namespace geglu_stable {
 

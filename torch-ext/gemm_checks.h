@@ -11,7 +11,7 @@
 #include <optional>
 #include <string_view>
 
-#include "common/stable_checks.h"
+#include "common/tensor_checks.h"
 
 namespace geglu_stable::gemm_checks {
 

@@ -1,10 +1,10 @@
 #pragma once
-// The argument checks and the [rows, width] view rule of the backends built on torch's
-// stable ABI (torch/csrc/stable, torch/headeronly): the stable-ABI twin of
-// tensor_checks.h, with the same rules and the same messages. Header-only.
+// The argument checks and the [rows, width] view rule of both backends, over torch's
+// stable ABI (torch/csrc/stable, torch/headeronly), with the messages of the package's
+// Python checks (torch-ext/geglu/_checks.py). Header-only.
 //
 // Every failure throws std::invalid_argument, which torch turns into a Python
-// ValueError (as TORCH_CHECK_VALUE does in the version-tied build); its message names
+// ValueError; its message names
 // the op, the argument, what was expected and what was got. torch's own names are
 // written out here (dtypes as "torch.float32", devices as "cpu" / "cuda:0", shapes as
 // "[4, 40]"), since the stable ABI has no printers for them.

@@ -2,7 +2,7 @@
 // The ops of the native module (torch's stable ABI, torch/csrc/stable): one declaration
 // per op, written over torch::stable::Tensor. Each backend (geglu_kernels/cpu,
 // geglu_kernels/cuda) implements the activation ops and the fused GEMM hooks below;
-// torch-ext/stable/ implements the per-layer ops over them, and binding.cpp registers
+// torch-ext/ implements the per-layer ops over them, and binding.cpp registers
 // them with boxed kernels. A build links exactly one backend.
 
 #include <optional>
@@ -32,7 +32,7 @@ Tensor geglu(const Tensor &gate, const Tensor &up, std::string_view approximate)
 std::tuple<Tensor, Tensor> geglu_backward(const Tensor &grad_out, const Tensor &gate, const Tensor &up,
                                           std::string_view approximate);
 
-// _geglu_mlp (torch-ext/stable/geglu_mlp.cpp), inference: x [..., K]; w_up absent:
+// _geglu_mlp (torch-ext/geglu_mlp.cpp), inference: x [..., K]; w_up absent:
 // w_gate is a merged [2*hidden, K] weight.
 Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
                  const OptTensor &b_gate, const OptTensor &b_up, const OptTensor &b_down, const OptTensor &residual,
@@ -52,7 +52,7 @@ std::tuple<OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, Opt
     const Tensor &grad, const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
     const OptTensor &b_gate, const Tensor &pre, const Tensor &h, int64_t needs, std::string_view approximate);
 
-// _linear_bias_gelu (torch-ext/stable/linear_bias_gelu.cpp): gelu(x @ weight.T + bias),
+// _linear_bias_gelu (torch-ext/linear_bias_gelu.cpp): gelu(x @ weight.T + bias),
 // inference (linear.py takes the differentiable composition when a gradient is needed).
 Tensor linear_bias_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, std::string_view approximate);
 
