@@ -48,7 +48,7 @@ inline Tensor cat0(const Tensor &a, const Tensor &b) {
 // AOTInductor-compiled models call; its functions are kept across releases), which
 // runs the device's structured kernel directly: no dispatcher lookup by name, no boxing,
 // no autograd layer. Through torch_call_dispatcher, the same _geglu_mlp call cost about
-// 3x the host time of the version-tied build's at:: calls (docs/DESIGN.md, "Stable ABI").
+// 3x the host time of the deleted version-tied build's at:: calls (docs/DESIGN.md, "Stable ABI").
 #if defined(CPU_KERNEL)
 #include <torch/csrc/inductor/aoti_torch/generated/c_shim_cpu.h>
 #define GEGLU_DEVICE_SHIM(name) aoti_torch_cpu_##name
@@ -62,18 +62,23 @@ namespace geglu_stable::device {
 
 using torch::stable::Tensor;
 
-// A new contiguous tensor of `sizes` with the dtype and device of `like`:
-// aoti_torch_empty_strided, the allocator without the dispatcher (the stable
-// new_empty goes through at::new_empty's dispatch, autograd layer included).
-inline Tensor empty(torch::headeronly::IntHeaderOnlyArrayRef sizes, const Tensor &like) {
-  constexpr size_t kMaxDim = 8;
+// The row-major (contiguous) strides of `sizes`, into `strides` (kMaxDim entries).
+constexpr size_t kMaxDim = 8;
+inline void contiguous_strides(torch::headeronly::IntHeaderOnlyArrayRef sizes, int64_t *strides) {
   STD_TORCH_CHECK(sizes.size() <= kMaxDim, "geglu: more than 8 dimensions");
-  int64_t strides[kMaxDim];
   int64_t step = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = step;
     step *= sizes[i] > 1 ? sizes[i] : 1;
   }
+}
+
+// A new contiguous tensor of `sizes` with the dtype and device of `like`:
+// aoti_torch_empty_strided, the allocator without the dispatcher (the stable
+// new_empty goes through at::new_empty's dispatch, autograd layer included).
+inline Tensor empty(torch::headeronly::IntHeaderOnlyArrayRef sizes, const Tensor &like) {
+  int64_t strides[kMaxDim];
+  contiguous_strides(sizes, strides);
   int32_t dtype = 0, device_type = 0, device_index = 0;
   STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(like.get(), &dtype));
   STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
@@ -121,14 +126,8 @@ inline std::optional<Tensor> rows_view(const Tensor &t) {
 
 // A contiguous tensor viewed with other sizes of the same element count.
 inline Tensor contiguous_view(const Tensor &t, torch::headeronly::IntHeaderOnlyArrayRef sizes) {
-  constexpr size_t kMaxDim = 8;
-  STD_TORCH_CHECK(sizes.size() <= kMaxDim, "geglu: more than 8 dimensions");
   int64_t strides[kMaxDim];
-  int64_t step = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = step;
-    step *= sizes[i] > 1 ? sizes[i] : 1;
-  }
+  contiguous_strides(sizes, strides);
   return restride(t, static_cast<int64_t>(sizes.size()), sizes.data(), strides, 0);
 }
 

@@ -1,5 +1,5 @@
-// _geglu_mlp and _geglu_mlp_train on torch's stable ABI: the GeGLU MLP as one native
-// call, the op every MLP layer forward runs.
+// _geglu_mlp, _geglu_mlp_train and _geglu_mlp_backward on torch's stable ABI: the GeGLU
+// MLP as one native call each way, the op every MLP layer forward runs.
 //
 //   y = (gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)) @ w_down.T + b_down + residual
 //
@@ -13,11 +13,11 @@
 //
 // _geglu_mlp_train (training): the same forward, returning also what backward needs:
 // the pre-activations [gate | up] ([M, 2*hidden]) and h = gelu(gate) * up ([M, hidden]),
-// 3*M*hidden elements against eager autograd's 4. The stable ABI has no autograd, so the
-// backward (the version-tied build's C++ node, torch-ext/geglu_mlp.cpp) is registered
-// from Python with torch.library.register_autograd (torch-ext/geglu/linear.py), and
-// linear.py calls this op only where a gradient is needed: _geglu_mlp carries no
-// Python autograd kernel, which would cost every inference call its Python.
+// 3*M*hidden elements against eager autograd's 4. The stable ABI has no autograd: the
+// autograd node is a Python Function (`_GegluMlpTrain`, torch-ext/geglu/linear.py)
+// whose backward is _geglu_mlp_backward, and linear.py calls it only where a gradient
+// is needed: _geglu_mlp carries no autograd kernel, which would cost every inference
+// call its Python.
 //
 // x is [..., K]; w_up absent: w_gate is a merged [2*hidden, K] gate/up weight (gate rows
 // first), and its bias either merged (b_gate of 2*hidden, b_up absent) or split.
@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "aten.h"
-#include "torch_binding.h"
 #include "gemm_checks.h"
+#include "torch_binding.h"
 
 namespace geglu_stable {
 namespace {
@@ -152,7 +152,7 @@ std::tuple<Tensor, Tensor, Tensor> geglu_mlp_train(const Tensor &x, const Tensor
   return {y, pre, h};
 }
 
-// The backward of _geglu_mlp_train (the version-tied build's C++ node, as one native
+// The backward of _geglu_mlp_train (what the deleted version-tied C++ node ran, as one native
 // call): `needs` bit i asks for the gradient of input i (x, w_gate, w_up, w_down, b_gate,
 // b_up, b_down); the residual's gradient is grad itself (Python). grad is [M, N]
 // (contiguous), x [M, K]; pre / h are the forward's [gate | up] and h.

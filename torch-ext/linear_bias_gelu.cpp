@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "aten.h"
-#include "torch_binding.h"
 #include "gemm_checks.h"
+#include "torch_binding.h"
 
 namespace geglu_stable {
 

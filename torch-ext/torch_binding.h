@@ -2,7 +2,7 @@
 // The ops of the native module (torch's stable ABI, torch/csrc/stable): one declaration
 // per op, written over torch::stable::Tensor. Each backend (geglu_kernels/cpu,
 // geglu_kernels/cuda) implements the activation ops and the fused GEMM hooks below;
-// torch-ext/ implements the per-layer ops over them, and binding.cpp registers
+// torch-ext/ implements the per-layer ops over them, and torch_binding.cpp registers
 // them with boxed kernels. A build links exactly one backend.
 
 #include <optional>

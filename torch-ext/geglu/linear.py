@@ -6,8 +6,8 @@ leading dimensions (flattened to [tokens, in_features]). Every function validate
 its arguments once and is differentiable (x, weights, biases, residual).
 
 On a compiled variant geglu_mlp and linear_bias_gelu are one native op call each
-(torch-ext/: `_geglu_mlp` and `_linear_bias_gelu` for inference, `_geglu_mlp_train`
-with its backward registered here for calls that need gradients), which check the
+(torch-ext/: `_geglu_mlp` and `_linear_bias_gelu` for inference; `_geglu_mlp_train` and
+`_geglu_mlp_backward`, joined by `_GegluMlpTrain` here, for calls that need gradients), which check the
 arguments (torch-ext/gemm_checks.h: the messages of _checks.py) and pick the
 kernels in C++; what follows is the Python route they replace, which the noarch
 (Triton-only) variant, tensor subclasses, torch.compile with gradients and
@@ -28,7 +28,7 @@ Routes (why each one wins, with the measurements: docs/DESIGN.md):
     geglu_mlp          geglu_linear's routes, then the down projection on cuBLAS with its
                        bias and the residual (`_down_proj`). The native op takes the same
                        routes in C++ (the Hopper engine where it serves, else cuBLAS and
-                       the geglu kernel) and trains through `_geglu_mlp_train`.
+                       the geglu kernel) and trains through `_GegluMlpTrain`.
 
 Merged gate/up weight: w_up=None means w_gate is [2*hidden, in] with the gate rows
 first (a fused gate_up_proj), read in place; its bias is then either merged (b_gate
