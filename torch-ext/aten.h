@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
@@ -61,6 +62,17 @@ inline Tensor cat0(const Tensor &a, const Tensor &b) {
 namespace geglu_stable::device {
 
 using torch::stable::Tensor;
+
+// The operands' device made current for a whole per-layer op (after its checks): the
+// C-shim GEMMs below run the device's kernels without the dispatcher's device guard.
+// CPU: nothing to set.
+#if defined(CUDA_KERNEL)
+using OpDeviceGuard = torch::stable::accelerator::DeviceGuard;
+#else
+struct OpDeviceGuard {
+  explicit OpDeviceGuard(int32_t) {}
+};
+#endif
 
 // The row-major (contiguous) strides of `sizes`, into `strides` (kMaxDim entries).
 constexpr size_t kMaxDim = 8;
