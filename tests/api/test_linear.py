@@ -318,6 +318,32 @@ def test_native_ops_on_strided_3d_inputs(kernel, dtype):
         assert_close(z, F.gelu(F.linear(rx, rwg, rbd[:24])), dtype, "linear_bias_gelu")
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_per_layer_ops_on_another_device_than_the_current_one(kernel, dtype):
+    """geglu_mlp (inference and training) and linear_bias_gelu on cuda:1 while cuda:0 is
+    current: the native ops make their operands' device current (their GEMMs go to
+    the device's kernels without the dispatcher's guard) and give the reference."""
+    dev = "cuda:1"
+    x, wg, wu, wd = rand((9, 40), dtype, seed=1, device=dev), *(weight(24, 40, dtype, s, device=dev) for s in (2, 3)), weight(40, 24, dtype, 4, device=dev)
+    bd, dy = rand((40,), dtype, seed=5, device=dev), rand((9, 40), dtype, seed=6, device=dev)
+    rx, rwg, rwu, rwd, rbd = (ref64(t) for t in (x, wg, wu, wd, bd))
+    ref = F.linear(ref_geglu(rx, rwg, rwu, None, None, "tanh"), rwd, rbd) + rx
+    with torch.cuda.device(0):
+        with torch.no_grad():
+            y = kernel.geglu_mlp(x, wg, wu, wd, biases=(None, None, bd), residual=x)
+            z = kernel.linear_bias_gelu(x, wg, bd[:24], approximate="tanh")
+        xl, wgl = leaf(x), leaf(wg)
+        yl = kernel.geglu_mlp(xl, wgl, wu, wd, biases=(None, None, bd), residual=xl)
+        got = grads_of(yl, dy, [xl, wgl])
+    assert y.device == yl.device == z.device == torch.device(dev)
+    assert_close(y, ref, dtype, "geglu_mlp")
+    assert_close(yl, ref, dtype, "geglu_mlp, grad")
+    assert_close(z, F.gelu(F.linear(rx, rwg, rbd[:24]), approximate="tanh"), dtype, "linear_bias_gelu")
+    check_grads(got, grads_of(ref, dy.double(), [rx, rwg]), dtype, ["x", "w_gate"])
+
+
 def test_geglu_mlp_partial_training(kernel, mlp_route):
     """Frozen parts get no grad; training only w_down / b_down still takes the
     training route and gives their grads."""
