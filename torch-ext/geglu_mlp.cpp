@@ -13,9 +13,7 @@
 //
 // _geglu_mlp_train (training): the same forward, returning also what backward needs:
 // the pre-activations [gate | up] ([M, 2*hidden]) and h = gelu(gate) * up ([M, hidden]),
-// 3*M*hidden elements against eager autograd's 4: from one fused kernel that stores
-// both where the backend has one (fused_gate_up_train), else torch's GEMM writing
-// [gate | up] and the geglu kernel. The stable ABI has no autograd: the
+// 3*M*hidden elements against eager autograd's 4. The stable ABI has no autograd: the
 // autograd node is a Python Function (`_GegluMlpTrain`, torch-ext/geglu/linear.py)
 // whose backward is _geglu_mlp_backward, and linear.py calls it only where a gradient
 // is needed: _geglu_mlp carries no autograd kernel, which would cost every inference
@@ -107,30 +105,6 @@ Problem check_and_flatten(const Tensor &x, const Tensor &w_gate, const OptTensor
   return {as_rows(x), res, std::move(out_shape), tanh};
 }
 
-// Whether the backend's fused gate/up kernels may take this problem (a non-empty one).
-bool fused_kernels_apply(const Problem &p, const Tensor &w_gate) {
-  return kHasFusedGateUp && p.x.size(0) > 0 && p.x.size(1) > 0 && w_gate.size(0) > 0;
-}
-
-// Separate [hidden, K] views of a merged weight (and of a merged bias): the fused
-// kernels read two row ranges of one tensor in place.
-struct SplitGateUp {
-  Tensor w_gate, w_up;
-  OptTensor b_gate, b_up;
-};
-
-SplitGateUp split_gate_up(const Tensor &w_gate, const OptTensor &w_up, const OptTensor &b_gate,
-                          const OptTensor &b_up) {
-  if (w_up.has_value()) return {w_gate, *w_up, b_gate, b_up};
-  const int64_t hidden = w_gate.size(0) / 2;
-  SplitGateUp g{device::narrow(w_gate, 0, 0, hidden), device::narrow(w_gate, 0, hidden, hidden), b_gate, b_up};
-  if (b_gate.has_value() && !b_up.has_value() && b_gate->size(0) == 2 * hidden) {
-    g.b_gate = device::narrow(*b_gate, 0, 0, hidden);
-    g.b_up = device::narrow(*b_gate, 0, hidden, hidden);
-  }
-  return g;
-}
-
 Tensor geglu_halves(const Tensor &pre, std::string_view approximate) {
   const int64_t hidden = pre.size(1) / 2;
   return geglu(device::narrow(pre, 1, 0, hidden), device::narrow(pre, 1, hidden, hidden), approximate);
@@ -148,9 +122,21 @@ Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, c
   const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
   const device::OpDeviceGuard guard(x.get_device_index());
   OptTensor h;
-  if (fused_kernels_apply(p, w_gate)) {
-    const SplitGateUp g = split_gate_up(w_gate, w_up, b_gate, b_up);
-    h = fused_gate_up(p.x, g.w_gate, g.w_up, g.b_gate, g.b_up, p.tanh);
+  if (kHasFusedGateUp && p.x.size(0) > 0 && p.x.size(1) > 0 && w_gate.size(0) > 0) {
+    // Separate [hidden, K] views of a merged weight (and bias): the fused kernels read
+    // two row ranges of one tensor in place.
+    Tensor wg = w_gate, wu = w_up.has_value() ? *w_up : w_gate;
+    OptTensor bg = b_gate, bu = b_up;
+    if (!w_up.has_value()) {
+      const int64_t hidden = w_gate.size(0) / 2;
+      wg = device::narrow(w_gate, 0, 0, hidden);
+      wu = device::narrow(w_gate, 0, hidden, hidden);
+      if (b_gate.has_value() && !b_up.has_value() && b_gate->size(0) == 2 * hidden) {
+        bg = device::narrow(*b_gate, 0, 0, hidden);
+        bu = device::narrow(*b_gate, 0, hidden, hidden);
+      }
+    }
+    h = fused_gate_up(p.x, wg, wu, bg, bu, p.tanh);
   }
   if (!h.has_value()) h = geglu_halves(gate_up(p.x, w_gate, w_up, b_gate, b_up), approximate);
   return restore_shape(down(*h, w_down, b_down, p.residual), p);
@@ -162,16 +148,8 @@ std::tuple<Tensor, Tensor, Tensor> geglu_mlp_train(const Tensor &x, const Tensor
                                                    const OptTensor &residual, std::string_view approximate) {
   const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
   const device::OpDeviceGuard guard(x.get_device_index());
-  std::optional<std::tuple<Tensor, Tensor>> pre_h;
-  if (fused_kernels_apply(p, w_gate)) {
-    const SplitGateUp g = split_gate_up(w_gate, w_up, b_gate, b_up);
-    pre_h = fused_gate_up_train(p.x, g.w_gate, g.w_up, g.b_gate, g.b_up, p.tanh);
-  }
-  if (!pre_h.has_value()) {
-    Tensor pre = gate_up(p.x, w_gate, w_up, b_gate, b_up);
-    pre_h = std::make_tuple(pre, geglu_halves(pre, approximate));
-  }
-  const auto &[pre, h] = *pre_h;
+  Tensor pre = gate_up(p.x, w_gate, w_up, b_gate, b_up);
+  Tensor h = geglu_halves(pre, approximate);
   Tensor y = restore_shape(down(h, w_down, b_down, p.residual), p);
   return {y, pre, h};
 }

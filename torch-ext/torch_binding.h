@@ -70,13 +70,6 @@ inline constexpr bool kHasFusedGateUp = true;
 OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
                         const OptTensor &b_up, bool tanh);
 
-// The same GEMM for _geglu_mlp_train: (pre, h) with pre = [x @ w_gate.T + b_gate |
-// x @ w_up.T + b_up] as a new [M, 2*hidden] tensor (what the backward reads) and h as
-// fused_gate_up's, from one kernel; std::nullopt where the backend has none.
-std::optional<std::tuple<Tensor, Tensor>> fused_gate_up_train(const Tensor &x, const Tensor &w_gate,
-                                                              const Tensor &w_up, const OptTensor &b_gate,
-                                                              const OptTensor &b_up, bool tanh);
-
 #if defined(CUDA_KERNEL)
 // The inference bias + GELU GEMM _linear_bias_gelu asks the CUDA backend for:
 // gelu(x @ weight.T + bias) as a new [M, N] tensor, or std::nullopt where it has no

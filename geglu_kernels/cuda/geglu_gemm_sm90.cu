@@ -56,8 +56,6 @@ struct LaunchArgs {  // the params-cache key: zeroed, padding included, before i
   const void* bu;
   void* out;
   int64_t H, ldo;
-  void* pre;  // [M, 2H] pre-activations, or null
-  int64_t ldp;
   int approximate;
   int swizzle;  // tile scheduler max_swizzle_size (1, 2, 4, 8)
   int raster;   // 0 heuristic, 1 along M, 2 along N
@@ -86,8 +84,6 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
     ep.bias_g = static_cast<Element const*>(a.bg);
     ep.bias_u = static_cast<Element const*>(a.bu);
     ep.approximate = a.approximate;
-    ep.ptr_pre = static_cast<Element*>(a.pre);
-    ep.ldp = a.ldp;
 #ifdef GEGLU_SM90_TUNING_VARIANTS
     ep.debug_nostore = a.nostore;
 #endif
@@ -170,9 +166,9 @@ const char* geglu_gemm_sm90_status_string(int status) {
   switch (status) {
     case GEGLU_SM90_OK: return "ok";
     case GEGLU_SM90_ERR_DTYPE: return "unsupported dtype (bf16 and fp16 only)";
-    case GEGLU_SM90_ERR_SHAPE: return "unsupported shape (need K >= 1, H >= 1, sizes < 2^31, ldx >= K, ldw >= K, ldo >= H, ldp >= 2H)";
-    case GEGLU_SM90_ERR_STRIDE: return "unsupported strides (K, ldx, ldw, ldo, and with pre ldp and H, times element size must be multiples of 16 bytes)";
-    case GEGLU_SM90_ERR_ALIGN: return "unsupported pointer alignment (x, w_gate, w_up, out, pre must be 16-byte aligned and non-null; biases 4-byte aligned)";
+    case GEGLU_SM90_ERR_SHAPE: return "unsupported shape (need K >= 1, H >= 1, sizes < 2^31, ldx >= K, ldw >= K, ldo >= H)";
+    case GEGLU_SM90_ERR_STRIDE: return "unsupported strides (K, ldx, ldw, ldo times element size must be multiples of 16 bytes)";
+    case GEGLU_SM90_ERR_ALIGN: return "unsupported pointer alignment (x, w_gate, w_up, out must be 16-byte aligned and non-null; biases 4-byte aligned)";
     case GEGLU_SM90_ERR_DEVICE: return "current device is not sm_90 (Hopper)";
     case GEGLU_SM90_ERR_CONFIG: return "config index out of range";
     case GEGLU_SM90_ERR_CUTLASS: return "CUTLASS rejected the problem";
@@ -195,28 +191,20 @@ int geglu_gemm_sm90_pick_config(int64_t M, int64_t K, int64_t H, int dtype) {
   return geglu_sm90::pick_config(M, K, H);
 }
 
-}  // extern "C"
-
-namespace geglu_sm90 {
-
-// Both C entries: `pre` null, or the [M, 2H] pre-activations output (row stride ldp).
-int launch(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate, const void* w_up, int64_t ldw,
-           const void* b_gate, const void* b_up, void* out, int64_t H, int64_t ldo, void* pre, int64_t ldp,
-           int dtype, int approximate, int config, void* stream) {
+int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
+                    const void* w_gate, const void* w_up, int64_t ldw,
+                    const void* b_gate, const void* b_up,
+                    void* out, int64_t H, int64_t ldo,
+                    int dtype, int approximate, int config, void* stream) {
   if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
   constexpr int64_t kMax = (int64_t(1) << 31) - 1;
   // 2H is the problem N (int32) and M*ldx, H*ldw index the batch stride.
   if (M < 0 || K < 1 || H < 1 || M > kMax || K > kMax || 2 * H > kMax) return GEGLU_SM90_ERR_SHAPE;
-  if (ldx < K || ldw < K || ldo < H || (pre != nullptr && ldp < 2 * H)) return GEGLU_SM90_ERR_SHAPE;
+  if (ldx < K || ldw < K || ldo < H) return GEGLU_SM90_ERR_SHAPE;
   if (M == 0) return GEGLU_SM90_OK;
   const int64_t elem = 2;
   if ((K * elem) % 16 || (ldx * elem) % 16 || (ldw * elem) % 16 || (ldo * elem) % 16) {
     return GEGLU_SM90_ERR_STRIDE;
-  }
-  if (pre != nullptr) {
-    if (reinterpret_cast<uintptr_t>(pre) & 15u) return GEGLU_SM90_ERR_ALIGN;
-    // The up half of a `pre` row starts H elements in: its 16-byte stores need H aligned too.
-    if ((ldp * elem) % 16 || (H * elem) % 16) return GEGLU_SM90_ERR_STRIDE;
   }
   auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
   if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || misaligned(out)) return GEGLU_SM90_ERR_ALIGN;
@@ -254,8 +242,6 @@ int launch(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate,
   a.out = out;
   a.H = H;
   a.ldo = ldo;
-  a.pre = pre;
-  a.ldp = pre != nullptr ? ldp : 0;
   a.approximate = approximate ? 1 : 0;
   a.swizzle = swizzle;
   a.raster = raster;
@@ -267,26 +253,6 @@ int launch(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate,
     return geglu_sm90::dispatch<cutlass::bfloat16_t>(variant, a, device, info->sm_count, s);
   }
   return geglu_sm90::dispatch<cutlass::half_t>(variant, a, device, info->sm_count, s);
-}
-
-}  // namespace geglu_sm90
-
-extern "C" {
-
-int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate, const void* w_up,
-                    int64_t ldw, const void* b_gate, const void* b_up, void* out, int64_t H, int64_t ldo, int dtype,
-                    int approximate, int config, void* stream) {
-  return geglu_sm90::launch(x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo, nullptr, 0, dtype,
-                            approximate, config, stream);
-}
-
-int geglu_gemm_sm90_with_pre(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate,
-                             const void* w_up, int64_t ldw, const void* b_gate, const void* b_up, void* out,
-                             int64_t H, int64_t ldo, void* pre, int64_t ldp, int dtype, int approximate, int config,
-                             void* stream) {
-  if (pre == nullptr) return GEGLU_SM90_ERR_ALIGN;
-  return geglu_sm90::launch(x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo, pre, ldp, dtype,
-                            approximate, config, stream);
 }
 
 }  // extern "C"

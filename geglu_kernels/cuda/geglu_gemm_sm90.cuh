@@ -23,9 +23,6 @@
 // the up value of column n + BN sit in the same thread: gelu(gate + bg) * (up + bu) is
 // formed in float32 in registers, packed to bf16/fp16 pairs, transposed across the
 // quad of threads that shares a row (shuffles) and written 8 columns (16 B) per store.
-// For the training forward it can also store the pre-activations (gate + bg, up + bu:
-// the accumulator rounded to bf16/fp16) as pre [M, 2H] = [gate | up], the tensors the
-// backward reads, in the same pass.
 //
 // GEGLU_SM90_TUNING_VARIANTS is defined only by the tuning build
 // (tools/sm90_gemm/geglu_gemm_sm90_tuning.cu); it adds the epilogue's no-store switch.
@@ -269,8 +266,6 @@ class GegluEpilogue {
     Element const* bias_g = nullptr;  // [H] or null
     Element const* bias_u = nullptr;  // [H] or null
     int approximate = 1;              // 1: tanh form, 0: exact (erf)
-    Element* ptr_pre = nullptr;       // [M, 2H] = [gate | up] pre-activations, or null
-    int64_t ldp = 0;
 #ifdef GEGLU_SM90_TUNING_VARIANTS
     int debug_nostore = 0;  // tuning build (tools/sm90_gemm) only: compute, store nothing
 #endif
@@ -374,8 +369,6 @@ class GegluEpilogue {
     const int t = thread_idx & 3;  // position in the quad that shares a row
     Element* __restrict__ out = params.ptr_out;
     const int64_t ldo = params.ldo;
-    Element* __restrict__ pre = params.ptr_pre;  // uniform: a branch, not a divergence
-    const int64_t ldp = params.ldp;
 
     // Bias pairs for this thread's columns h0 + 8j + 2t (+1), loaded once per tile, all
     // loads in flight together (packed: 2 x 16 bit per register).
@@ -392,9 +385,8 @@ class GegluEpilogue {
         const int row = m0 + int(get<0>(tC(make_coord(0, r, 0), mm, 0)));
         CUTLASS_PRAGMA_UNROLL
         for (int q = 0; q < NB / 4; ++q) {
-          // p[jj]: outputs of columns 8(4q+jj) + 2t, +1 (packed); pg / pu: the
-          // pre-activations of those columns, where `pre` is stored
-          uint32_t p[4], pg[4], pu[4];
+          // p[jj]: outputs of columns 8(4q+jj) + 2t, +1 (packed)
+          uint32_t p[4];
           CUTLASS_PRAGMA_UNROLL
           for (int jj = 0; jj < 4; ++jj) {
             const int j = 4 * q + jj;
@@ -411,10 +403,6 @@ class GegluEpilogue {
               u1 += buv.y;
             }
             p[jj] = pack2(gelu<kTanh>(g0) * u0, gelu<kTanh>(g1) * u1);
-            if (pre != nullptr) {
-              pg[jj] = pack2(g0, g1);
-              pu[jj] = pack2(u0, u1);
-            }
           }
           // 4x4 transpose across the quad: thread t then holds the 8 consecutive
           // outputs of column block 4q + t, one 16-byte store.
@@ -423,33 +411,20 @@ class GegluEpilogue {
 #ifdef GEGLU_SM90_TUNING_VARIANTS
           if (params.debug_nostore) continue;
 #endif
-          if (row < M) store8(out + int64_t(row) * ldo + col, p, H - col);
-          if (pre != nullptr) {
-            quad_transpose(pg, t);
-            quad_transpose(pu, t);
-            if (row < M) {
-              Element* dst = pre + int64_t(row) * ldp + col;
-              store8(dst, pg, H - col);      // gate: columns [0, H)
-              store8(dst + H, pu, H - col);  // up: columns [H, 2H)
+          if (row < M) {
+            Element* dst = out + int64_t(row) * ldo + col;
+            if (col + 8 <= H) {
+              *reinterpret_cast<uint4*>(dst) = make_uint4(p[0], p[1], p[2], p[3]);
+            } else {
+              CUTLASS_PRAGMA_UNROLL
+              for (int e = 0; e < 8; ++e) {
+                if (col + e < H) {
+                  uint16_t bits = uint16_t(p[e / 2] >> (16 * (e % 2)));
+                  *reinterpret_cast<uint16_t*>(dst + e) = bits;
+                }
+              }
             }
           }
-        }
-      }
-    }
-  }
-
-  // Eight packed values to dst[0, 8), or the first `valid` of them (the tile's last
-  // columns past H); the 16-byte store needs dst 16-byte aligned (the launcher checks
-  // the strides and H for it).
-  CUTLASS_DEVICE static void store8(Element* dst, uint32_t const (&p)[4], int valid) {
-    if (valid >= 8) {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(p[0], p[1], p[2], p[3]);
-    } else {
-      CUTLASS_PRAGMA_UNROLL
-      for (int e = 0; e < 8; ++e) {
-        if (e < valid) {
-          uint16_t bits = uint16_t(p[e / 2] >> (16 * (e % 2)));
-          *reinterpret_cast<uint16_t*>(dst + e) = bits;
         }
       }
     }

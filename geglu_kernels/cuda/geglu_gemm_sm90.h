@@ -62,17 +62,6 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                     void* out, int64_t H, int64_t ldo,
                     int dtype, int approximate, int config, void* stream);
 
-// The same GEMM for the training forward: also stores the pre-activations
-// pre[m, h] = x Wg^T + bg and pre[m, H + h] = x Wu^T + bu ([M, 2H] = [gate | up], row
-// stride ldp >= 2H, rounded to the storage dtype), which the backward reads, in the
-// epilogue that writes `out`. Needs pre 16-byte aligned and ldp, H times the element
-// size multiples of 16 bytes; otherwise as geglu_gemm_sm90.
-int geglu_gemm_sm90_with_pre(const void* x, int64_t M, int64_t K, int64_t ldx,
-                             const void* w_gate, const void* w_up, int64_t ldw,
-                             const void* b_gate, const void* b_up,
-                             void* out, int64_t H, int64_t ldo, void* pre, int64_t ldp,
-                             int dtype, int approximate, int config, void* stream);
-
 // Static, NUL-terminated description of a status code.
 const char* geglu_gemm_sm90_status_string(int status);
 

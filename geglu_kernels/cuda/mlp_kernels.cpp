@@ -85,27 +85,17 @@ bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, cons
   return aligned16(x) && aligned16(w_gate) && aligned16(w_up) && is_sm90(x);
 }
 
-// h = gelu(gate) * up as a new [M, hidden] tensor; with `pre` (a [M, 2*hidden] tensor),
-// the pre-activations too, from the same kernel.
 Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, const Tensor &w_up,
-                      const OptTensor &b_gate, const OptTensor &b_up, bool tanh, Tensor *pre = nullptr) {
+                      const OptTensor &b_gate, const OptTensor &b_up, bool tanh) {
   const geglu_cuda::DeviceGuard guard(x.get_device_index());
   const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0);
   const int64_t shape[2] = {m, hidden};
   Tensor out = device::empty(IntArrayRef(shape, 2), x);
   if (m == 0 || hidden == 0) return out;
-  const void *xp = x.data_ptr(), *wg = w_gate.data_ptr(), *wu = w_up.data_ptr();
-  const cudaStream_t stream = geglu_cuda::current_stream(x);
-  if (pre == nullptr) {
-    check_status(op, geglu_gemm_sm90(xp, m, k, x.stride(0), wg, wu, w_gate.stride(0), ptr_or_null(b_gate),
-                                     ptr_or_null(b_up), out.data_ptr(), hidden, out.stride(0), sm90_dtype(x), tanh,
-                                     /*config=*/-1, stream));
-  } else {
-    check_status(op, geglu_gemm_sm90_with_pre(xp, m, k, x.stride(0), wg, wu, w_gate.stride(0), ptr_or_null(b_gate),
-                                              ptr_or_null(b_up), out.data_ptr(), hidden, out.stride(0),
-                                              pre->data_ptr(), pre->stride(0), sm90_dtype(x), tanh, /*config=*/-1,
-                                              stream));
-  }
+  check_status(op, geglu_gemm_sm90(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(),
+                                   w_gate.stride(0), ptr_or_null(b_gate), ptr_or_null(b_up), out.data_ptr(), hidden,
+                                   out.stride(0), sm90_dtype(x), tanh, /*config=*/-1,
+                                   geglu_cuda::current_stream(x)));
   return out;
 }
 
@@ -115,16 +105,6 @@ OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_u
                         const OptTensor &b_up, bool tanh) {
   if (!sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
   return launch_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, tanh);
-}
-
-std::optional<std::tuple<Tensor, Tensor>> fused_gate_up_train(const Tensor &x, const Tensor &w_gate,
-                                                              const Tensor &w_up, const OptTensor &b_gate,
-                                                              const OptTensor &b_up, bool tanh) {
-  if (!sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
-  const int64_t shape[2] = {x.size(0), 2 * w_gate.size(0)};
-  Tensor pre = device::empty(IntArrayRef(shape, 2), x);
-  Tensor h = launch_gate_up("_geglu_mlp_train", x, w_gate, w_up, b_gate, b_up, tanh, &pre);
-  return std::make_tuple(pre, h);
 }
 
 OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, bool tanh) {

@@ -242,60 +242,6 @@ def test_mlp_op_runs_the_engine_where_it_serves(sm90, kernel):
         torch.testing.assert_close(y.double(), expected.to(y.device), atol=0.05, rtol=0.05)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("approximate", ["none", "tanh"])
-@pytest.mark.parametrize(
-    "m, k, h, weights, biases",
-    [
-        (1, 64, 64, "split", "none"),
-        (300, 136, 200, "merged", "merged"),
-        (1000, 768, 3072, "split", "split"),
-        (4096, 2048, 520, "merged", "gate only"),
-    ],
-)
-def test_training_forward_stores_the_pre_activations(sm90, kernel, m, k, h, weights, biases, approximate, dtype):
-    """_geglu_mlp_train on the engine (geglu_gemm_sm90_with_pre): one kernel writes h and
-    the pre-activations [gate | up] the backward reads; both match float64, the
-    gradients through geglu_mlp too, and no separate geglu kernel runs."""
-    ops = kernel._ops.ops
-    x = rand((m, k), dtype, 81)
-    w = rand((2 * h, k), dtype, 82, scale=k**-0.5)
-    wd = rand((64, h), dtype, 83, scale=h**-0.5)
-    b = rand((2 * h,), dtype, 84)
-    wg, wu = (w, None) if weights == "merged" else (w[:h].clone(), w[h:].clone())
-    bg, bu = {"none": (None, None), "merged": (b, None), "split": (b[:h], b[h:]), "gate only": (b[:h], None)}[biases]
-    rbg = None if bg is None else b[:h]
-    rbu = b[h:] if biases in ("merged", "split") else None
-    names = _cuda_kernel_names(lambda: ops._geglu_mlp_train.default(x, wg, wu, wd, bg, bu, None, None, approximate))
-    assert any("geglu_sm90" in n for n in names), names
-    assert not any("rowwise_kernel" in n for n in names), names  # no separate geglu pass
-    poison_allocator(m, 3 * h, dtype)
-    y, pre, hh = ops._geglu_mlp_train.default(x, wg, wu, wd, bg, bu, None, None, approximate)
-    g64 = x.double() @ w[:h].double().t() + (0 if rbg is None else rbg.double())
-    u64 = x.double() @ w[h:].double().t() + (0 if rbu is None else rbu.double())
-    assert pre.shape == (m, 2 * h) and pre.is_contiguous()
-    assert_close(pre[:, :h], g64, dtype, k)
-    assert_close(pre[:, h:], u64, dtype, k)
-    h64 = F.gelu(g64, approximate=approximate) * u64
-    assert_close(hh, h64, dtype, k)
-    assert_close(y, h64 @ wd.double().t(), dtype, h)
-
-    leaves = [t.detach().clone().requires_grad_() for t in (x, w, wd)]
-    lx, lw, lwd = leaves
-    split = (lw, None) if weights == "merged" else (lw[:h], lw[h:])
-    out = kernel.geglu_mlp(lx, *split, lwd, biases=(bg, bu, None), approximate=approximate)
-    assert "GegluMlpTrain" in type(out.grad_fn).__name__
-    dy = rand(out.shape, dtype, 85)
-    out.backward(dy)
-    refs = [t.detach().double().requires_grad_() for t in (x, w, wd)]
-    rx, rw, rwd = refs
-    rg = rx @ rw[:h].t() + (0 if rbg is None else rbg.double())
-    ru = rx @ rw[h:].t() + (0 if rbu is None else rbu.double())
-    (F.linear(F.gelu(rg, approximate=approximate) * ru, rwd) * dy.double()).sum().backward()
-    for got, want, kk in zip(leaves, refs, (2 * h, m, m)):
-        assert_close(got.grad, want.grad, dtype, kk)
-
-
 # ------------------------------------------------------------------ bias + GELU GEMM
 # linear_bias_gelu on sm_90 runs the engine's bias + GELU GEMM (linear_gelu_sm90.cu) where
 # geglu_kernels/cuda/mlp_kernels.cpp routes it: M > 128, bf16/fp16, aligned rows; the
