@@ -167,7 +167,7 @@ STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
 
 // Backend kernels only: the inference ops (_geglu_mlp, _linear_bias_gelu,
 // _geglu_linear_sm90) carry no autograd kernel, and linear.py calls them only where no
-// gradient is needed; _geglu_mlp_train's autograd formula is registered from Python.
+// gradient is needed; _geglu_mlp_train and _geglu_mlp_backward are joined by linear._GegluMlpTrain.
 #if defined(CUDA_KERNEL)
 #define GEGLU_BACKEND CUDA
 #else

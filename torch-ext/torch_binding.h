@@ -40,7 +40,7 @@ Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, c
 
 // _geglu_mlp_train: the same y, with what backward needs: (y [..., N], the
 // pre-activations [gate | up] as [M, 2*hidden], h = gelu(gate) * up as [M, hidden]).
-// Its autograd formula is registered from Python (torch-ext/geglu/linear.py).
+// Its autograd node is the Python Function `_GegluMlpTrain` (torch-ext/geglu/linear.py).
 std::tuple<Tensor, Tensor, Tensor> geglu_mlp_train(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up,
                                                    const Tensor &w_down, const OptTensor &b_gate,
                                                    const OptTensor &b_up, const OptTensor &b_down,
