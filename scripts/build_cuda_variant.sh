@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Build (not run) the torch213-cxx11-cu130-x86_64-linux variant on a machine without a
-# GPU: a second virtual environment with PyPI's CUDA 13.0 build of torch 2.13.0 (about
-# 4 GB with its NVIDIA libraries), then tools/build.py compiles, ABI-checks and
-# assembles the CUDA variant into build-cu130/. Importing the variant needs a GPU, so
-# the load check is skipped; the digest and kernel-abi-check still run.
+# Build (not run) the CUDA variant on a machine without a GPU: a second virtual
+# environment with PyPI's CUDA 13.0 build of torch 2.13.0 (about 4 GB with its NVIDIA
+# libraries), then tools/build.py compiles, ABI-checks (torch stable ABI included) and
+# assembles torch-stable-abi210-cu130-x86_64-linux, and its copy under the version-tied
+# name torch213-cxx11-cu130-x86_64-linux, into build-cu130/. Importing the variant
+# needs a GPU, so the load check is skipped; the digest and kernel-abi-check still run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -24,4 +25,5 @@ fi
   || { echo "build_cuda_variant: could not install torch 2.13.0 (CUDA) from PyPI" >&2; exit 1; }
 "$VENV/bin/python" -c "import torch; assert torch.version.cuda, torch.__version__; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 "$VENV/bin/python" -m tools.build --backend cuda --no-noarch --skip-load-check --out build-cu130 --work .cache/build-cu130
+test -f build-cu130/torch-stable-abi210-cu130-x86_64-linux/metadata.json
 test -f build-cu130/torch213-cxx11-cu130-x86_64-linux/metadata.json
