@@ -63,14 +63,14 @@ namespace geglu_stable::device {
 
 using torch::stable::Tensor;
 
-// The operands' device made current for a whole per-layer op (after its checks): the
-// C-shim GEMMs below run the device's kernels without the dispatcher's device guard.
-// CPU: nothing to set.
+// A device made current until the end of the scope, DeviceGuard guard(t.get_device_index()):
+// the C-shim GEMMs below and the backend's own launches run without the dispatcher's
+// device guard. CPU: nothing to set.
 #if defined(CUDA_KERNEL)
-using OpDeviceGuard = torch::stable::accelerator::DeviceGuard;
+using DeviceGuard = torch::stable::accelerator::DeviceGuard;
 #else
-struct OpDeviceGuard {
-  explicit OpDeviceGuard(int32_t) {}
+struct DeviceGuard {
+  explicit DeviceGuard(int32_t) {}
 };
 #endif
 

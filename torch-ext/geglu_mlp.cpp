@@ -120,7 +120,7 @@ Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, c
                  const OptTensor &b_gate, const OptTensor &b_up, const OptTensor &b_down, const OptTensor &residual,
                  std::string_view approximate) {
   const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
-  const device::OpDeviceGuard guard(x.get_device_index());
+  const device::DeviceGuard guard(x.get_device_index());
   OptTensor h;
   if (kHasFusedGateUp && p.x.size(0) > 0 && p.x.size(1) > 0 && w_gate.size(0) > 0) {
     // Separate [hidden, K] views of a merged weight (and bias): the fused kernels read
@@ -147,7 +147,7 @@ std::tuple<Tensor, Tensor, Tensor> geglu_mlp_train(const Tensor &x, const Tensor
                                                    const OptTensor &b_up, const OptTensor &b_down,
                                                    const OptTensor &residual, std::string_view approximate) {
   const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
-  const device::OpDeviceGuard guard(x.get_device_index());
+  const device::DeviceGuard guard(x.get_device_index());
   Tensor pre = gate_up(p.x, w_gate, w_up, b_gate, b_up);
   Tensor h = geglu_halves(pre, approximate);
   Tensor y = restore_shape(down(h, w_down, b_down, p.residual), p);
@@ -161,7 +161,7 @@ std::tuple<Tensor, Tensor, Tensor> geglu_mlp_train(const Tensor &x, const Tensor
 std::tuple<OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor> geglu_mlp_backward(
     const Tensor &grad, const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
     const OptTensor &b_gate, const Tensor &pre, const Tensor &h, int64_t needs, std::string_view approximate) {
-  const device::OpDeviceGuard guard(x.get_device_index());
+  const device::DeviceGuard guard(x.get_device_index());
   auto need = [&](int i) { return ((needs >> i) & 1) != 0; };
   OptTensor dx, dwg, dwu, dwd, dbg, dbu, dbd;
   const int64_t hidden = w_down.size(1);

@@ -27,7 +27,7 @@ Tensor linear_bias_gelu(const Tensor &x, const Tensor &weight, const OptTensor &
   const int64_t ns[1] = {n};
   gemm_checks::check_optional("bias", bias, x, IntArrayRef(ns, 1));
   const bool tanh = gemm_checks::is_tanh(approximate);
-  const device::OpDeviceGuard guard(x.get_device_index());
+  const device::DeviceGuard guard(x.get_device_index());
   const IntArrayRef xs = x.sizes();
   std::vector<int64_t> out_shape(xs.begin(), xs.end());
   out_shape.back() = n;

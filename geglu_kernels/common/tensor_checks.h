@@ -215,6 +215,14 @@ inline bool partially_overlaps(const Tensor &out, const Tensor &in) {
   return !same_view;
 }
 
+// `out` may be `input` itself (in place, element by element), but not a different
+// view that shares some of its memory: those elements would be read after written.
+inline void check_no_partial_overlap(std::string_view op, const Tensor &out, const Tensor &input) {
+  GEGLU_CHECK_VALUE(!partially_overlaps(out, input), op,
+                    ": `out` partially overlaps `input` in memory; pass a separate tensor",
+                    " (or, where shapes allow, `input` itself to compute in place)");
+}
+
 // ---------------------------------------------------------------- [rows, width] views
 
 struct RowMatrix {

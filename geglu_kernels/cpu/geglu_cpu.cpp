@@ -112,14 +112,6 @@ Dtype storage_dtype(const Tensor &t) {
   }
 }
 
-// `out` may be `input` itself (in place, element by element), but not a different
-// view that shares some of its memory: those elements would be read after written.
-void check_no_partial_overlap(const Tensor &out, const Tensor &input, std::string_view op) {
-  GEGLU_CHECK_VALUE(!geglu_stable::partially_overlaps(out, input), op,
-                    ": `out` partially overlaps `input` in memory; pass a separate tensor",
-                    " (or, where shapes allow, `input` itself to compute in place)");
-}
-
 Gelu parse_approximate(std::string_view approximate, std::string_view op) {
   return geglu_stable::is_tanh(op, approximate) ? Gelu::kTanh : Gelu::kErf;
 }
@@ -151,7 +143,7 @@ void gelu_and_mul_impl(Tensor &out, const Tensor &input, Gelu gelu, std::string_
   std::vector<int64_t> out_shape = shape_of(input);
   out_shape.back() = d;
   check_matches(op, "out", out, "input", input, out_shape, kCpu);
-  check_no_partial_overlap(out, input, op);
+  geglu_stable::check_no_partial_overlap(op, out, input);
   const RowMatrix in = as_matrix(input, op, "input", /*is_output=*/false);
   const RowMatrix o = as_matrix(out, op, "out", /*is_output=*/true);
   if (out.numel() == 0) {
@@ -168,7 +160,7 @@ void gelu_impl(Tensor &out, const Tensor &input, Gelu gelu, std::string_view op)
   check_input(op, "input", input, kCpu);
   const Dtype dtype = storage_dtype(input);
   check_matches(op, "out", out, "input", input, input.sizes(), kCpu);
-  check_no_partial_overlap(out, input, op);
+  geglu_stable::check_no_partial_overlap(op, out, input);
   const RowMatrix in = as_matrix(input, op, "input", /*is_output=*/false);
   const RowMatrix o = as_matrix(out, op, "out", /*is_output=*/true);
   if (out.numel() == 0) {

@@ -87,7 +87,7 @@ bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, cons
 
 Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, const Tensor &w_up,
                       const OptTensor &b_gate, const OptTensor &b_up, bool tanh) {
-  const geglu_cuda::DeviceGuard guard(x.get_device_index());
+  const device::DeviceGuard guard(x.get_device_index());
   const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0);
   const int64_t shape[2] = {m, hidden};
   Tensor out = device::empty(IntArrayRef(shape, 2), x);
@@ -115,7 +115,7 @@ OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTens
   }
   if (bias.has_value() && !bias->is_contiguous()) return std::nullopt;
   if (!aligned16(x) || !aligned16(weight) || !is_sm90(x)) return std::nullopt;
-  const geglu_cuda::DeviceGuard guard(x.get_device_index());
+  const device::DeviceGuard guard(x.get_device_index());
   const int64_t shape[2] = {m, n};
   Tensor out = device::empty(IntArrayRef(shape, 2), x);
   check_status("_linear_bias_gelu",

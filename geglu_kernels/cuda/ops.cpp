@@ -62,15 +62,8 @@ RowwiseDtype rowwise_dtype(const Tensor &t) {
 
 // One launch on t's device and its current stream.
 void launch(RowwiseOp op, const Tensor &t, int64_t rows, int64_t width, const Operand *in, const Operand *out) {
-  const DeviceGuard guard(t.get_device_index());
+  const geglu_stable::device::DeviceGuard guard(t.get_device_index());
   launch_rowwise(op, rowwise_dtype(t), rows, width, in, out, t.get_device_index(), current_stream(t));
-}
-
-// `out` may be `input` itself (in place), but no other view sharing its memory.
-void check_no_partial_overlap(std::string_view op, const Tensor &out, const Tensor &input) {
-  GEGLU_CHECK_VALUE(!geglu_stable::partially_overlaps(out, input), op,
-                    ": `out` partially overlaps `input` in memory; pass a separate tensor",
-                    " (or, where shapes allow, `input` itself to compute in place)");
 }
 
 // out = gelu(input), same shape.
@@ -80,7 +73,7 @@ void gelu_out(std::string_view op, bool tanh, Tensor &out, const Tensor &input) 
   if (input.numel() == 0) return;
   const RowMatrix x = as_row_matrix(op, "input", input);
   const RowMatrix y = as_row_matrix(op, "out", out);
-  check_no_partial_overlap(op, out, input);
+  geglu_stable::check_no_partial_overlap(op, out, input);
   const Operand in[] = {{input.data_ptr(), x.row_stride}};
   const Operand res[] = {{out.data_ptr(), y.row_stride}};
   launch(tanh ? RowwiseOp::kGeluTanh : RowwiseOp::kGelu, input, x.rows, x.width, in, res);
