@@ -22,7 +22,9 @@ geglu + F.linear: what variants without the compiled op, and torch.compile, run)
 The decode case's weight-read floor is its weight bytes at the copy bandwidth measured
 in this run (1 GiB device-to-device copy).
 
-Times: median of triton.testing.do_bench, microseconds, bf16. TFLOP/s counts the GEMM
+Times: microseconds, bf16; each variant of a case is timed by triton.testing.do_bench
+(median) in ROUNDS interleaved rounds, and the median round is reported (all rounds in
+the JSON), so slow drift of the clocks or the host reaches every variant alike. TFLOP/s counts the GEMM
 FLOPs only; "ceiling" is the fraction of a 8192^3 bf16 matmul measured in this run.
 A table prints last; JSON goes to $OUT/mlp_bench.json (when OUT is set) and
 benchmarks/results/mlp_<device>.json.
@@ -54,7 +56,7 @@ MLP_SHAPES = {  # name: (tokens, dim, hidden)
     "gemma7b": (4096, 3072, 24576),
     "decode": (16, 3072, 24576),
 }
-TRAIN_ROUNDS = 5
+ROUNDS = 5
 GELU_SHAPES = {"bert_large": (8192, 1024, 4096), "gpt2_xl": (8192, 1600, 6400), "bert_large_m64": (64, 1024, 4096)}
 
 
@@ -62,6 +64,16 @@ def bench_us(fn, rep=100) -> float:
     from triton.testing import do_bench
 
     return do_bench(fn, warmup=25, rep=rep, return_mode="median") * 1e3
+
+
+def interleaved_us(fns: dict, rounds: int = ROUNDS, bench=None) -> dict:
+    """{name: (median round, [every round])}: each round times every fn once, in order."""
+    bench = bench or bench_us
+    samples = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            samples[k].append(bench(fn))
+    return {k: (sorted(v)[len(v) // 2], v) for k, v in samples.items()}
 
 
 def graph_us(fn) -> float:
@@ -138,9 +150,15 @@ def main() -> int:
         res["notes"].append(note)
         print(note)
 
-    def rate(flops, us):
+    def rate(flops, us, rounds=None):
         tf = flops / (us * 1e-6) / 1e12
-        return {"us": us, "tflops": tf, "ceiling_frac": tf / ceiling}
+        r = {"us": us, "tflops": tf, "ceiling_frac": tf / ceiling}
+        if rounds is not None:
+            r["rounds_us"] = rounds
+        return r
+
+    def rates(flops, fns):
+        return {k: rate(flops, us, v) for k, (us, v) in interleaved_us(fns).items()}
 
     # ---------------------------------------------------------------- MLP forward
     res["mlp"] = {}
@@ -173,11 +191,11 @@ def main() -> int:
             err = rel_err(ours(), ref)
             assert err < 2e-2, (name, err)
             flops = 2 * m * d * h * 3
-            r = {k: rate(flops, bench_us(fn)) for k, fn in variants.items()}
+            r = rates(flops, variants)
             r["ours"]["rel_err_vs_eager"] = err
             # The gate/up half alone: our fused GEMM against one cuBLAS GEMM of N = 2*hidden.
-            r["geglu_linear"] = rate(2 * m * d * 2 * h, bench_us(lambda: geglu.geglu_linear(x, wg, wu)))
-            r["cublas_gate_up"] = rate(2 * m * d * 2 * h, bench_us(lambda: F.linear(x, wgu)))
+            r.update(rates(2 * m * d * 2 * h, {"geglu_linear": lambda: geglu.geglu_linear(x, wg, wu),
+                                               "cublas_gate_up": lambda: F.linear(x, wgu)}))
             r["cublas_down"] = rate(2 * m * d * h, bench_us(lambda: F.linear(h_tmp, wd)))
             if m <= 64:
                 r["ours_graph"] = rate(flops, graph_us(ours))
@@ -210,12 +228,11 @@ def main() -> int:
                        "triton": lambda: geglu.triton_kernels.gemm.geglu_forward(x, wg, wu, None, None, "tanh")}
             if hasattr(ops, "_geglu_linear_sm90"):
                 engines["sm90"] = lambda: ops._geglu_linear_sm90(x, wg, wu, None, None, "tanh")
-            row = {}
             for kk, fn in engines.items():
                 if kk != "cublas_merged":
                     err = rel_err(fn(), ref)
                     assert err < 2e-2, (kk, m, d, h, err)
-                row[kk] = rate(2 * m * d * 2 * h, bench_us(fn))
+            row = rates(2 * m * d * 2 * h, engines)
             res["gate_up_engines"][f"{m}x{d}x{h}"] = row
             print(f"gate/up {m}x{d}->{h}: " + ", ".join(f"{kk} {v['us']:.1f} us ({v['tflops']:.0f} TF)" for kk, v in row.items()), flush=True)
             del x, wgu, wg, wu, ref
@@ -239,9 +256,9 @@ def main() -> int:
             assert err < 2e-2, (name, err)
             err = rel_err(variants["ours_exact"](), variants["eager_exact"]())
             assert err < 2e-2, (name, "exact", err)
-            r = {kk: rate(2 * m * k * n, bench_us(fn)) for kk, fn in variants.items()}
+            r = rates(2 * m * k * n, variants)
         r["ratios_ours_vs"] = {kk: r[kk]["us"] / r["ours"]["us"] for kk in ("addmm_activation", "eager")}
-        r["ratios_ours_exact_vs"] = {"eager_exact": r["eager_exact"]["us"] / r["ours_exact"]["us"]}
+        r["ratios_ours_exact_vs"] = {kk: r[kk]["us"] / r["ours_exact"]["us"] for kk in ("addmm_activation", "eager_exact")}
         res["linear_bias_gelu"][name] = r
         print(f"linear_bias_gelu {name} {m}x{k}->{n}: " + ", ".join(f"{kk} {v['us']:.1f}" for kk, v in r.items() if "us" in v), flush=True)
 
@@ -268,13 +285,13 @@ def main() -> int:
     ref = step(eager_mlp)()
     flops = 3 * 2 * m * d * h * 3  # forward + two backward GEMMs per forward GEMM
     # The step is close to host-bound on these machines, so its time moves with host
-    # noise: the anchors and our default run in TRAIN_ROUNDS interleaved rounds, and
+    # noise: the anchors and our default run in ROUNDS interleaved rounds, and
     # each reports its median round (every round is kept in the JSON).
     anchors = {"eager": step(eager_mlp), "compile": step(compiled_mlp), "ours": step(ours_mlp)}
     if liger is not None:
         anchors["liger"] = step(lambda: F.linear(liger(F.linear(x, wg), F.linear(x, wu)), wd))
     rounds = {kk: [] for kk in anchors}
-    for _ in range(TRAIN_ROUNDS):
+    for _ in range(ROUNDS):
         for kk, fn in anchors.items():
             rounds[kk].append(bench_us(fn))
     train = {kk: dict(rate(flops, sorted(v)[len(v) // 2]), rounds_us=v) for kk, v in rounds.items()}
@@ -312,7 +329,7 @@ def main() -> int:
         print(f"{'linear_bias_gelu ' + name:<34} {r['ours']['us']:>9.1f} {r['ours']['tflops']:>8.0f} {r['ours']['ceiling_frac']:>5.2f}  {vs}")
         oe = r["ours_exact"]
         print(f"{'  exact GELU ' + name:<34} {oe['us']:>9.1f} {oe['tflops']:>8.0f} {oe['ceiling_frac']:>5.2f}  "
-              f"eager_exact={r['ratios_ours_exact_vs']['eager_exact']:.2f}")  # fmt: skip
+              + " ".join(f"{k}={v:.2f}" for k, v in r["ratios_ours_exact_vs"].items()))  # fmt: skip
     t = res["training_blog"]
     for kk in modes:
         vs = " ".join(f"{a}={t[a]['us'] / t[kk]['us']:.2f}" for a in ("eager", "compile", "liger") if a in t)
@@ -322,6 +339,7 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"mlp_{device_short(props.name)}.json"]
     if os.environ.get("OUT"):
+        Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
         paths.append(Path(os.environ["OUT"]) / "mlp_bench.json")
     for p in paths:
         p.write_text(json.dumps(res, indent=1) + "\n")

@@ -12,11 +12,14 @@ bf16, one process), each run as:
   geglu+compile  kernelized (Mode.INFERENCE | Mode.TORCH_COMPILE), then torch.compile
                  (opt in with --rows: compiling takes minutes)
 
-Modes (--mode, comma list; default all three):
+Modes (--mode, comma list; default prefill, decode, generate):
 
   prefill   tokens/s of one forward over 4096 tokens (batch 1, logits for the last
             token only, as generate() asks), plus the MLP share of GPU kernel time
   decode    tokens/s of one-token steps at batch 16 over a 512-token KV cache
+  train     tokens/s of one training step (forward, causal-LM loss, backward for
+            every parameter; batch 1, --train-tokens tokens), the rows kernelized
+            with Mode.TRAINING (geglu's layers then take their autograd route)
   generate  tokens/s of `model.generate()` as users call it: greedy, a 128-token
             prompt, exactly 64 new tokens (min_new_tokens = max_new_tokens: no row
             stops early), at batch 1 and 8, with
@@ -79,7 +82,8 @@ SIZES = {
 TINY = dict(hidden_size=64, intermediate_size=256, num_attention_heads=4, num_key_value_heads=1, head_dim=16)
 ROWS = ["eager", "geglu", "liger", "torch.compile", "geglu+compile"]
 DEFAULT_ROWS = ["eager", "geglu", "liger", "torch.compile"]  # geglu+compile: opt in (compile time)
-MODES = ["prefill", "decode", "generate"]
+MODES = ["prefill", "decode", "generate", "train"]
+DEFAULT_MODES = ["prefill", "decode", "generate"]
 GEN_CACHES = ["dynamic", "static"]
 # With the static cache generate() compiles every row's decode step itself: a row that
 # is torch.compile'd already would only repeat another row.
@@ -156,26 +160,31 @@ def liger_layer():
     return InProcessRepository()
 
 
-def make_row(row: str, base, device: str, backend: str = "inductor", for_generate: bool = False):
+def make_row(row: str, base, device: str, backend: str = "inductor", for_generate: bool = False,
+             training: bool = False):
     """The model for one row, or raise (the row is then reported as skipped).
 
     for_generate: the form generate() needs. torch.compile wraps the model's `forward`
     (generate() calls the module itself, which an OptimizedModule wrapper would bypass),
     and the kernelized rows are kernelized with Mode.TORCH_COMPILE as well, because
-    generate() compiles them with the static cache."""
+    generate() compiles them with the static cache.
+    training: kernelized with Mode.TRAINING, in train() mode."""
     from kernels import Mode, kernelize, use_kernel_mapping
 
     model = copy.deepcopy(base)
+    if training:
+        model.train()
     if row == "eager":
         return model
-    compile_mode = Mode.INFERENCE | Mode.TORCH_COMPILE
+    base_mode = Mode.TRAINING if training else Mode.INFERENCE
+    compile_mode = base_mode | Mode.TORCH_COMPILE
     if row == "torch.compile":
         return compile_model(model, backend, for_generate)
     if row == "liger":
         with use_kernel_mapping({"GeGLUMLP": {device: liger_layer()}}, inherit_mapping=False):
-            model = kernelize(model, mode=compile_mode if for_generate else Mode.INFERENCE)
+            model = kernelize(model, mode=compile_mode if for_generate else base_mode)
     elif row in ("geglu", "geglu+compile"):
-        mode = compile_mode if ("compile" in row or for_generate) else Mode.INFERENCE
+        mode = compile_mode if ("compile" in row or for_generate) else base_mode
         model = example.kernelize_with_geglu(model, mode=mode, layer=example.local_layer)
     else:
         raise ValueError(f"unknown row {row!r}")
@@ -221,6 +230,28 @@ def timed(fn, device: str) -> float:
 @torch.no_grad()
 def prefill_tokens_per_s(model, ids, device: str, warmup: int, iters: int) -> float:
     step = lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1)  # noqa: E731
+    for _ in range(warmup):
+        step()
+    sync(device)
+    return ids.numel() / statistics.median(timed(step, device) for _ in range(iters))
+
+
+def train_step(model, ids):
+    """One training step: forward, the causal-LM loss, backward into fresh gradients."""
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step():
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        for p in params:
+            p.grad = None
+        return loss
+
+    return step
+
+
+def train_tokens_per_s(model, ids, device: str, warmup: int, iters: int) -> float:
+    step = train_step(model, ids)
     for _ in range(warmup):
         step()
     sync(device)
@@ -318,8 +349,17 @@ def run_steps(name, base, args, device) -> dict:
     g = torch.Generator().manual_seed(1)
     prefill_ids = torch.randint(2, args.vocab, (1, args.prefill), generator=g).to(device)
     prompt = torch.randint(2, args.vocab, (args.batch, args.context), generator=g).to(device)
+    train_ids = torch.randint(2, args.vocab, (1, args.train_tokens), generator=g).to(device)
     with torch.no_grad():
         ref_logits = base(input_ids=prompt[:2], use_cache=False).logits.float()
+    ref_loss = None
+    if "train" in args.step_modes:  # the eager model's loss and MLP weight gradient, for every row's check
+        ref_model = make_row("eager", base, device, training=True)
+        ref_loss = ref_model(input_ids=train_ids[:, :256], labels=train_ids[:, :256], use_cache=False).loss
+        ref_loss.backward()
+        ref_grad = ref_model.model.layers[0].mlp.down_proj.weight.grad.float()
+        ref_loss = ref_loss.item()
+        del ref_model
     results = {}
     for row in args.rows:
         log(f"{name} / {row}")
@@ -336,6 +376,15 @@ def run_steps(name, base, args, device) -> dict:
                 with torch.no_grad():
                     out = model(input_ids=prompt[:2], use_cache=False).logits.float()
                 r["logits_rel_err_vs_eager"] = ((out - ref_logits).abs().max() / ref_logits.abs().max()).item()
+                if "train" in args.step_modes:
+                    tmodel = make_row(row, base, device, args.compile_backend, training=True)
+                    loss = tmodel(input_ids=train_ids[:, :256], labels=train_ids[:, :256], use_cache=False).loss
+                    loss.backward()
+                    grad = unwrap(tmodel).model.layers[0].mlp.down_proj.weight.grad.float()
+                    r["train_loss_rel_err_vs_eager"] = abs(loss.item() - ref_loss) / abs(ref_loss)
+                    r["train_grad_rel_err_vs_eager"] = ((grad - ref_grad).norm() / ref_grad.norm()).item()
+                    r["train_tokens_per_s"] = train_tokens_per_s(tmodel, train_ids, device, args.warmup, args.iters)
+                    del tmodel, loss, grad
                 if "prefill" in args.step_modes:
                     r["prefill_tokens_per_s"] = prefill_tokens_per_s(
                         model, prefill_ids, device, args.warmup, args.iters
@@ -573,8 +622,8 @@ def device_short(device: str) -> str:
 
 def steps_table(report: dict) -> str:
     lines = [
-        f"{'model':<10} {'row':<14} {'prefill tok/s':>14} {'decode tok/s':>13} "
-        f"{'MLP share (prefill/decode)':>27} {'vs eager':>17}"
+        f"{'model':<10} {'row':<14} {'prefill tok/s':>14} {'decode tok/s':>13} {'train tok/s':>12} "
+        f"{'MLP share (prefill/decode)':>27} {'vs eager (prefill/decode/train)':>32}"
     ]
 
     def num(r, key):
@@ -593,10 +642,11 @@ def steps_table(report: dict) -> str:
                 lines.append(f"{name:<10} {row:<14} skipped: {r['skipped'][:70]}")
                 continue
             share = f"{pct(r, 'prefill_mlp_share')} / {pct(r, 'decode_mlp_share')}"
-            speed = f"{ratio(r, eager, 'prefill_tokens_per_s')} / {ratio(r, eager, 'decode_tokens_per_s')}"
+            keys = ("prefill_tokens_per_s", "decode_tokens_per_s", "train_tokens_per_s")
+            speed = " / ".join(ratio(r, eager, k) for k in keys)
             lines.append(
-                f"{name:<10} {row:<14} {num(r, 'prefill_tokens_per_s'):>14} {num(r, 'decode_tokens_per_s'):>13} "
-                f"{share:>27} {speed:>17}"
+                f"{name:<10} {row:<14} {num(r, keys[0]):>14} {num(r, keys[1]):>13} {num(r, keys[2]):>12} "
+                f"{share:>27} {speed:>32}"
             )
     return "\n".join(lines)
 
@@ -670,13 +720,14 @@ def free_memory(device: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--mode", default=",".join(MODES), help=f"comma list of {MODES}")
+    ap.add_argument("--mode", default=",".join(DEFAULT_MODES), help=f"comma list of {MODES}")
     ap.add_argument("--sizes", default="gemma-2b,gemma-7b", help=f"comma list of {list(SIZES)}")
     ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma list of {ROWS}")
     ap.add_argument("--layers", type=int, help="decoder layers (default 8; the real models have 18 / 28)")
     ap.add_argument("--vocab", type=int, default=256000)
     ap.add_argument("--prefill", type=int, default=4096, help="prefill tokens (batch 1)")
     ap.add_argument("--batch", type=int, default=16, help="decode batch")
+    ap.add_argument("--train-tokens", type=int, default=2048, help="train: tokens per step (batch 1)")
     ap.add_argument("--context", type=int, default=512, help="KV cache length when decoding starts")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=5)
@@ -707,7 +758,7 @@ def main(argv=None) -> int:
     for r in args.rows:
         if r not in ROWS:
             ap.error(f"--rows: {r!r} is not one of {ROWS}")
-    args.step_modes = [m for m in args.modes if m in ("prefill", "decode")]
+    args.step_modes = [m for m in args.modes if m in ("prefill", "decode", "train")]
     args.gen_batches = [int(b) for b in args.gen_batches.split(",")]
     args.gen_caches = args.gen_caches.split(",")
     for c in args.gen_caches:
@@ -716,7 +767,7 @@ def main(argv=None) -> int:
     sizes = {n: SIZES[n] for n in args.sizes.split(",")}
     if args.tiny:
         sizes = {"tiny": TINY}
-        args.vocab, args.prefill, args.batch, args.context = 128, 64, 4, 16
+        args.vocab, args.prefill, args.batch, args.context, args.train_tokens = 128, 64, 4, 16, 64
         args.warmup, args.iters, args.decode_steps, args.reps = 2, 2, 4, 1
         args.gen_tokens, args.gen_prompt = 8, 16
         args.rounds = args.rounds or 1

@@ -318,23 +318,25 @@ class GegluEpilogue {
   }
 
  private:
-  // tanh form: gelu(x) = x sigmoid(2u) = x / (1 + 2^(-2u log2 e)), one ex2 and one rcp
-  // (both MUFU, ~2 ulp), 3 FMA-pipe ops. For x < ~-10 the exponential overflows to +inf
-  // and x * rcp(inf) = -0, the limit; there is no cancellation anywhere. Exact form:
-  // erff, as gelu_math.cuh (and PyTorch).
+  // gelu(x) = x sigmoid(a) = x / (1 + 2^(-a log2 e)), one ex2 and one rcp (both MUFU,
+  // ~2 ulp) after a few FMA-pipe ops: a = 2u for the tanh form, the normal CDF's
+  // log-odds (gelu_math.cuh's polynomial) for the exact one. For x < ~-10 the
+  // exponential overflows to +inf and x * rcp(inf) = -0, the limit; there is no
+  // cancellation anywhere.
   template <bool kTanh>
   CUTLASS_DEVICE static float gelu(float x) {
+    float na;  // -a log2(e)
     if constexpr (kTanh) {
       constexpr float c0 = -geglu_cuda::kTwoULog2E;
       constexpr float c1 = -geglu_cuda::kTwoULog2E * geglu_cuda::kKappa;
-      const float na = x * fmaf(c1, x * x, c0);  // -2u log2(e)
-      float e, r;
-      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(na));
-      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
-      return x * r;
+      na = x * fmaf(c1, x * x, c0);
     } else {
-      return geglu_cuda::gelu<false>(x);
+      na = -geglu_cuda::normal_cdf_log2_odds(x);
     }
+    float e, r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(na));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+    return x * r;
   }
 
   template <bool kTanh, bool kBias, class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL,

@@ -1,0 +1,71 @@
+"""One launch each of the prefill GEMMs behind issue 11's targets, for Nsight Compute.
+
+The product's routes (loaded through `kernels`, as users load them) beside the cuBLAS
+GEMMs they are measured against, bf16, fresh random inputs, each warmed up first; only
+the launches between cudaProfilerStart/Stop are profiled:
+
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section Occupancy \
+        python benchmarks/ncu_prefill_gemms.py
+
+Launch order (NVTX ranges name them): per gate/up shape, cuBLAS's GEMM of the merged
+[2H, K] weight, then the engine (`_geglu_linear_sm90`, tanh); per bias + GELU shape,
+`F.linear` (no GELU), cuBLASLt's `_addmm_activation` (tanh), then the engine, tanh and
+exact (`_linear_bias_gelu`).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+DT = torch.bfloat16
+GATE_UP = {"gemma7b": (4096, 3072, 24576), "gemma2b_8192": (8192, 2048, 16384)}  # tokens, dim, hidden
+BIAS_GELU = {"bert_large": (8192, 1024, 4096)}  # tokens, in, out
+
+
+def main() -> int:
+    from kernels import get_kernel
+
+    os.environ["LOCAL_KERNELS"] = f"org/geglu={REPO}"
+    ops = get_kernel("org/geglu", version=1)._ops.ops
+    g = torch.Generator(device="cuda").manual_seed(0)
+    launches = []
+    for name, (m, d, h) in GATE_UP.items():
+        x = torch.randn(m, d, device="cuda", dtype=DT, generator=g)
+        w = torch.randn(2 * h, d, device="cuda", dtype=DT, generator=g) * d**-0.5
+        launches += [
+            (f"{name} cuBLAS merged gate/up", lambda x=x, w=w: F.linear(x, w)),
+            (f"{name} engine gate/up + GeGLU", lambda x=x, w=w, h=h: ops._geglu_linear_sm90(x, w[:h], w[h:], None, None, "tanh")),
+        ]
+    for name, (m, k, n) in BIAS_GELU.items():
+        x = torch.randn(m, k, device="cuda", dtype=DT, generator=g)
+        w = torch.randn(n, k, device="cuda", dtype=DT, generator=g) * k**-0.5
+        b = torch.randn(n, device="cuda", dtype=DT, generator=g)
+        launches += [
+            (f"{name} F.linear", lambda x=x, w=w, b=b: F.linear(x, w, b)),
+            (f"{name} cuBLASLt addmm_activation", lambda x=x, w=w, b=b: torch._addmm_activation(b, x, w.t(), use_gelu=True)),
+            (f"{name} engine bias + tanh GELU", lambda x=x, w=w, b=b: ops._linear_bias_gelu(x, w, b, "tanh")),
+            (f"{name} engine bias + exact GELU", lambda x=x, w=w, b=b: ops._linear_bias_gelu(x, w, b, "none")),
+        ]
+    for _, fn in launches:  # warm-up: param caches, cuBLAS heuristics, lazy module loads
+        fn()
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for label, fn in launches:
+        torch.cuda.nvtx.range_push(label)
+        fn()
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+        print(f"launched: {label}", flush=True)
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
