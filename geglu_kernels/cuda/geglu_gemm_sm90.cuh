@@ -23,6 +23,8 @@
 // the up value of column n + BN sit in the same thread: gelu(gate + bg) * (up + bu) is
 // formed in float32 in registers, packed to bf16/fp16 pairs, transposed across the
 // quad of threads that shares a row (shuffles) and written 8 columns (16 B) per store.
+// With kGated = false the same epilogue computes gelu(acc + bias) for every column of
+// the tile: the bias + GELU linear (linear_gelu_sm90.cu) on the stock mainloop.
 //
 // GEGLU_SM90_TUNING_VARIANTS is defined only by the tuning build
 // (tools/sm90_gemm/geglu_gemm_sm90_tuning.cu); it adds the epilogue's no-store switch.
@@ -243,9 +245,10 @@ struct GegluMainloopSm90 : Base {
 };
 
 // ---------------------------------------------------------------------------------
-// Epilogue: gelu(gate + bg) * (up + bu) from one accumulator, register level.
+// Epilogue: gelu(gate + bg) * (up + bu) from one accumulator, register level; or,
+// kGated = false, gelu(acc + bg) (bu unused). BN: output columns per tile.
 // ---------------------------------------------------------------------------------
-template <class Element_, int BN>
+template <class Element_, int BN, bool kGated = true>
 class GegluEpilogue {
  public:
   using Element = Element_;
@@ -263,8 +266,8 @@ class GegluEpilogue {
   struct Arguments {
     Element* ptr_out = nullptr;
     int64_t ldo = 0;
-    Element const* bias_g = nullptr;  // [H] or null
-    Element const* bias_u = nullptr;  // [H] or null
+    Element const* bias_g = nullptr;  // [H] or null (the bias when not gated)
+    Element const* bias_u = nullptr;  // [H] or null (gated only)
     int approximate = 1;              // 1: tanh form, 0: exact (erf)
 #ifdef GEGLU_SM90_TUNING_VARIANTS
     int debug_nostore = 0;  // tuning build (tools/sm90_gemm) only: compute, store nothing
@@ -301,7 +304,7 @@ class GegluEpilogue {
                                  BlockCoordMNKL blk_coord_mnkl,
                                  cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
                                  TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
-    const bool bias = params.bias_g != nullptr || params.bias_u != nullptr;
+    const bool bias = params.bias_g != nullptr || (kGated && params.bias_u != nullptr);
     if (params.approximate) {
       if (bias) {
         apply<true, true>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, accumulators, tiled_mma, thread_idx);
@@ -346,25 +349,26 @@ class GegluEpilogue {
                             cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
                             int thread_idx) {
     constexpr int BM = size<0>(BlockShapeMNK{});
-    static_assert(size<1>(BlockShapeMNK{}) == 2 * BN, "tile N is gate block + up block");
+    constexpr int kTileN = kGated ? 2 * BN : BN;  // accumulator columns
+    static_assert(size<1>(BlockShapeMNK{}) == kTileN, "tile N is gate block + up block (gated) or BN");
     // wgmma accumulator fragment: ((2, 2, N_atom/8), MMA_M, MMA_N); one atom spans the
     // whole tile N, so 8-column block j (gate) and j + BN/8 (up) are in this thread.
     static_assert(rank(FrgLayout{}) == 3, "accumulator (V, MMA_M, MMA_N)");
     static_assert(size<2>(FrgLayout{}) == 1, "one wgmma atom must span the N tile");
     static_assert(size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2, "sm90 C fragment");
-    static_assert(size<0, 2>(FrgLayout{}) == 2 * BN / 8, "sm90 C fragment");
+    static_assert(size<0, 2>(FrgLayout{}) == kTileN / 8, "sm90 C fragment");
     constexpr int NB = BN / 8;
     constexpr int MM = size<1>(FrgLayout{});
 
     const int M = int(get<0>(problem_shape_mnkl));
-    const int H = int(get<1>(problem_shape_mnkl)) / 2;
+    const int H = int(get<1>(problem_shape_mnkl)) / (kGated ? 2 : 1);
     auto m_coord = get<0>(blk_coord_mnkl);
     auto n_coord = get<1>(blk_coord_mnkl);
     const int m0 = int(m_coord) * BM;
     const int h0 = int(n_coord) * BN;
 
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
-    Tensor cT = make_identity_tensor(make_shape(Int<BM>{}, Int<2 * BN>{}));
+    Tensor cT = make_identity_tensor(make_shape(Int<BM>{}, Int<kTileN>{}));
     Tensor tC = thr_mma.partition_C(cT);  // tile coordinates of each accumulator
 
     static_assert(NB % 4 == 0, "quad transpose works on groups of 4 column blocks");
@@ -374,10 +378,10 @@ class GegluEpilogue {
 
     // Bias pairs for this thread's columns h0 + 8j + 2t (+1), loaded once per tile, all
     // loads in flight together (packed: 2 x 16 bit per register).
-    uint32_t bgp[NB], bup[NB];
+    uint32_t bgp[NB], bup[kGated ? NB : 1];
     if constexpr (kBias) {
       load_bias_pairs<NB>(params.bias_g, h0 + 2 * t, H, bgp);
-      load_bias_pairs<NB>(params.bias_u, h0 + 2 * t, H, bup);
+      if constexpr (kGated) load_bias_pairs<NB>(params.bias_u, h0 + 2 * t, H, bup);
     }
 
     CUTLASS_PRAGMA_UNROLL
@@ -394,17 +398,23 @@ class GegluEpilogue {
             const int j = 4 * q + jj;
             float g0 = acc(make_coord(0, r, j), mm, 0);
             float g1 = acc(make_coord(1, r, j), mm, 0);
-            float u0 = acc(make_coord(0, r, j + NB), mm, 0);
-            float u1 = acc(make_coord(1, r, j + NB), mm, 0);
             if constexpr (kBias) {
               const float2 bgv = unpack2(bgp[j]);
-              const float2 buv = unpack2(bup[j]);
               g0 += bgv.x;
               g1 += bgv.y;
-              u0 += buv.x;
-              u1 += buv.y;
             }
-            p[jj] = pack2(gelu<kTanh>(g0) * u0, gelu<kTanh>(g1) * u1);
+            if constexpr (kGated) {
+              float u0 = acc(make_coord(0, r, j + NB), mm, 0);
+              float u1 = acc(make_coord(1, r, j + NB), mm, 0);
+              if constexpr (kBias) {
+                const float2 buv = unpack2(bup[j]);
+                u0 += buv.x;
+                u1 += buv.y;
+              }
+              p[jj] = pack2(gelu<kTanh>(g0) * u0, gelu<kTanh>(g1) * u1);
+            } else {
+              p[jj] = pack2(gelu<kTanh>(g0), gelu<kTanh>(g1));
+            }
           }
           // 4x4 transpose across the quad: thread t then holds the 8 consecutive
           // outputs of column block 4q + t, one 16-byte store.

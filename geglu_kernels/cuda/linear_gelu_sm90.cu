@@ -1,11 +1,14 @@
 // Bias + GELU linear for Hopper (sm_90a) on CUTLASS 3.x: kernels and the C launcher
 // (ABI: linear_gelu_sm90.h).
 //
-// A stock warp-specialized TMA GEMM (CollectiveBuilder mainloop) whose epilogue is the
-// fusion gelu(acc + bias[n]) (LinCombPerColBiasEltAct: a row broadcast of the bias, then
-// the activation, in float32, before the one store). The GELU is gelu_math.cuh's, the
+// A stock warp-specialized TMA GEMM (CollectiveBuilder mainloop) whose epilogue computes
+// gelu(acc + bias[n]) in registers and stores 16 B per thread: the GeGLU engine's
+// register-level epilogue (geglu_gemm_sm90.cuh) with kGated = false. CUTLASS's own
+// fusion epilogue (LinCombPerColBiasEltAct, through shared memory and TMA stores) was
+// the first version: it issued twice cuBLASLt's instructions and left the GELU exposed
+// (docs/DESIGN.md, "Issue 11's targets on the H200"). The GELU is gelu_math.cuh's, the
 // one the package's elementwise kernels use, so every route rounds the same function.
-// No C operand (ElementC = void): nothing but x and W is read.
+// Nothing but x, W and the bias is read.
 //
 // Build: part of the geglu_gemm_sm90 kernel of build.toml (sm_90a only).
 
@@ -21,63 +24,38 @@
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/gemm/gemm.h"
 #include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/epilogue/fusion/operations.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
-#include "gelu_math.cuh"
+#include "geglu_gemm_sm90.cuh"
 #include "sm90_launcher.cuh"
 
 namespace bias_gelu_gemm {
 
 using namespace cute;
 
-// The epilogue's activation: CUTLASS applies it to float32 fragments (Array<float, N>)
-// and instantiates it with the scalar type for its (empty) arguments.
-template <bool kTanh, class T>
-struct Gelu {
-  CUTLASS_DEVICE T operator()(T const& v) const { return geglu_cuda::gelu<kTanh>(v); }
+// The GeGLU engine's epilogue without the gating, under its own name: profilers and
+// the route tests tell this kernel from the GeGLU engine by it.
+template <class Element, int BN>
+struct BiasGeluEpilogue : geglu_sm90::GegluEpilogue<Element, BN, /*kGated=*/false> {
+  using geglu_sm90::GegluEpilogue<Element, BN, false>::GegluEpilogue;
 };
-template <bool kTanh, int N>
-struct Gelu<kTanh, cutlass::Array<float, N>> {
-  CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& v) const {
-    cutlass::Array<float, N> y;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) y[i] = geglu_cuda::gelu<kTanh>(v[i]);
-    return y;
-  }
-};
-template <class T>
-using GeluTanh = Gelu<true, T>;
-template <class T>
-using GeluExact = Gelu<false, T>;
 
-template <class Element, bool kTanh, int BM, int BN, class Schedule, int ClusterM, int ClusterN>
+template <class Element, int BM, int BN, class Schedule, int ClusterM, int ClusterN>
 struct LinearGelu {
   using TileShape = Shape<Int<BM>, Int<BN>, _64>;
   using ClusterShape = Shape<Int<ClusterM>, Int<ClusterN>, _1>;
-  static constexpr bool kCooperative = std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
-  using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative,
-                                              cutlass::epilogue::TmaWarpSpecialized>;
-  template <class T>
-  using Act = std::conditional_t<kTanh, GeluTanh<T>, GeluExact<T>>;
-  using Fusion = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Act, Element, float, Element, Element, float>;
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      void, cutlass::layout::RowMajor, 8,     // no C
-      Element, cutlass::layout::RowMajor, 8,  // D = out [M, N]
-      EpilogueSchedule, Fusion>::CollectiveOp;
+  using Epilogue = BiasGeluEpilogue<Element, BN>;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       Element, cutlass::layout::RowMajor, 8,     // A = x [M, K]
       Element, cutlass::layout::ColumnMajor, 8,  // B = W [N, K]
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+          static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>,
       Schedule>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
                                                       cutlass::gemm::PersistentScheduler>;
 };
 
@@ -87,6 +65,7 @@ struct LaunchArgs {  // the params-cache key: zeroed, padding included, before i
   const void* bias;
   void* out;
   int64_t M, K, N, ldx, ldw, ldo;
+  int approximate;
 };
 
 template <class Gemm>
@@ -101,12 +80,10 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
     args.mainloop.dA = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
     args.mainloop.ptr_B = static_cast<Element const*>(a.w);
     args.mainloop.dB = make_stride(a.ldw, Int<1>{}, a.N * a.ldw);
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.ptr_D = static_cast<Element*>(a.out);
-    args.epilogue.dD = make_stride(a.ldo, Int<1>{}, a.M * a.ldo);
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
-    args.epilogue.thread.bias_ptr = static_cast<Element const*>(a.bias);
+    args.epilogue.ptr_out = static_cast<Element*>(a.out);
+    args.epilogue.ldo = a.ldo;
+    args.epilogue.bias_g = static_cast<Element const*>(a.bias);
+    args.epilogue.approximate = a.approximate;
     args.hw_info.device_id = device;
     args.hw_info.sm_count = sm_count;
     return args;
@@ -119,12 +96,14 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
 
 using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 
-// X(id, name, BM, BN, schedule, cluster M, cluster N). One variant: in the H100 sweep
-// (tools/sm90_gemm/check_linear_gelu.py, benchmarks/results/linear_gelu_sm90_h100.log)
-// it beat cooperative 128x256 and 256x128 (cluster 2x1), cooperative 128x128 (1x2) and
-// pingpong 64x128 by 4-20% at BERT-large and GPT-2-XL sizes and tied the best of them at
-// 4096x2048->5120; at 64 tokens all of them lost to cuBLAS (the op then keeps cuBLAS:
-// mlp_kernels.cpp).
+// X(id, name, BM, BN, schedule, cluster M, cluster N). One variant. With CUTLASS's
+// fusion epilogue the H100 sweep (tools/sm90_gemm/check_linear_gelu.py,
+// benchmarks/results/linear_gelu_sm90_h100.log) had it beat cooperative 128x256 and
+// 256x128 (cluster 2x1), cooperative 128x128 (1x2) and pingpong 64x128 by 4-20%; with
+// the register epilogue it beat cooperative 128x256 and 256x128 (cluster 2x1) by 17-31%
+// at BERT-large, GPT-2-XL and 4096x2048->5120 on the H200
+// (benchmarks/results/h200/linear_gelu_regepi_*). At 64 tokens every variant loses to
+// cuBLAS (the op then keeps cuBLAS: mlp_kernels.cpp).
 #define LINEAR_GELU_SM90_VARIANTS(X) \
   X(0, "pingpong_128x128x64_c2", 128, 128, KernelTmaWarpSpecializedPingpong, 2, 1)
 
@@ -133,12 +112,12 @@ constexpr int kNumConfigs = 0 LINEAR_GELU_SM90_VARIANTS(LINEAR_GELU_SM90_COUNT);
 #define LINEAR_GELU_SM90_NAME(id, name, ...) name,
 const char* const kConfigNames[] = {LINEAR_GELU_SM90_VARIANTS(LINEAR_GELU_SM90_NAME)};
 
-template <class Element, bool kTanh>
+template <class Element>
 int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
   switch (config) {
 #define LINEAR_GELU_SM90_CASE(id, name, bm, bn, sched, cm, cn) \
   case id:                                                     \
-    return run<LinearGelu<Element, kTanh, bm, bn, sched, cm, cn>>(a, device, sm_count, stream);
+    return run<LinearGelu<Element, bm, bn, sched, cm, cn>>(a, device, sm_count, stream);
     LINEAR_GELU_SM90_VARIANTS(LINEAR_GELU_SM90_CASE)
 #undef LINEAR_GELU_SM90_CASE
     default:
@@ -194,16 +173,13 @@ int linear_gelu_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   a.ldx = ldx;
   a.ldw = ldw;
   a.ldo = ldo;
+  a.approximate = approximate != 0;
   auto s = static_cast<cudaStream_t>(stream);
   const int sm = info->sm_count;
   using namespace bias_gelu_gemm;
-  if (dtype == GEGLU_SM90_BF16) {
-    return approximate ? dispatch<cutlass::bfloat16_t, true>(config, a, device, sm, s)
-                       : dispatch<cutlass::bfloat16_t, false>(config, a, device, sm, s);
-  }
+  if (dtype == GEGLU_SM90_BF16) return dispatch<cutlass::bfloat16_t>(config, a, device, sm, s);
 #ifndef LINEAR_GELU_SM90_BF16_ONLY  // a quicker tuning build (tools/sm90_gemm/build_lib.sh)
-  return approximate ? dispatch<cutlass::half_t, true>(config, a, device, sm, s)
-                     : dispatch<cutlass::half_t, false>(config, a, device, sm, s);
+  return dispatch<cutlass::half_t>(config, a, device, sm, s);
 #else
   return GEGLU_SM90_ERR_DTYPE;
 #endif

@@ -5,14 +5,15 @@
 //   for bf16/fp16 with 16-byte aligned rows, at every token count; elsewhere none (the
 //   op runs cuBLAS writing [gate | up], then the geglu kernel);
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
-//   (linear_gelu_sm90.cu) on sm_90 where it measured faster than cuBLAS(Lt)
-//   (benchmarks/results/linear_gelu_sm90_h100.log, median us, H100):
-//     exact GELU, against F.linear + F.gelu:   8192x1024->4096 139.6 vs 154.5,
-//       8192x1600->6400 277.3 vs 339.2, 4096x2048->5120 146.5 vs 158.3;
-//     tanh GELU, against cuBLASLt's GELU_BIAS epilogue: 111.7 vs 115.9 and 248.9 vs
-//       279.4 at the first two, but 142.5 vs 132.6 at K = 2048, so tanh only for
-//       K <= 1600;
-//     64 tokens: 10.1 vs 6.9 (exact), 8.9 vs 5.4 (tanh): cuBLAS up to M = 128.
+//   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
+//   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
+//   median us of the second round):
+//     exact GELU, against F.linear + F.gelu:   8192x1024->4096 124.1 vs 154.6,
+//       8192x1600->6400 260.8 vs 341.1, 4096x2048->5120 133.4 vs 165.9;
+//     tanh GELU, against cuBLASLt's GELU_BIAS epilogue: 109.6 vs 117.5, 251.7 vs 284.4,
+//       130.1 vs 138.1 (with CUTLASS's fusion epilogue it had lost at K = 2048 on the
+//       H100, 142.5 vs 132.6, and the route stopped at K = 1600);
+//     64 tokens: 14.7 vs 7.0 (exact), 13.3 vs 5.6 (tanh): cuBLAS up to M = 128.
 
 #include <atomic>
 #include <optional>
@@ -110,7 +111,7 @@ OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_u
 OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, bool tanh) {
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   if (!engine_dtype(x)) return std::nullopt;
-  if (m <= 128 || (tanh && k > 1600) || m > kMaxInt32 || k > kMaxInt32 || n > kMaxInt32 || n % 8 != 0) {
+  if (m <= 128 || m > kMaxInt32 || k > kMaxInt32 || n > kMaxInt32 || n % 8 != 0) {
     return std::nullopt;
   }
   if (bias.has_value() && !bias->is_contiguous()) return std::nullopt;

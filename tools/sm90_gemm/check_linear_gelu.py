@@ -7,10 +7,10 @@ Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN
 variant, tanh / exact, with / without bias, odd shapes and padded strides. Timing: CUDA
 graphs of 20 calls, median of 5 interleaved rounds.
 
-    python tools/sm90_gemm/check_linear_gelu.py [--out DIR] [--baseline OTHER.so]
+    python tools/sm90_gemm/check_linear_gelu.py [--out DIR] [--lib OTHER.so]
 
---baseline adds another build of the same source (e.g. before an epilogue change) to the
-timed rows, interleaved with this one in the same rounds.
+To compare two builds, run it once per --lib, alternating (two builds' .so files in one
+process, each with its own static cudart, broke the CUDA-graph capture of the timing).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def check(lib):
     return fails
 
 
-def bench(lib, baseline=None):
+def bench(lib):
     res = {}
     bf = torch.bfloat16
     for name, (M, K, N) in SHAPES.items():
@@ -107,9 +107,6 @@ def bench(lib, baseline=None):
                     lambda c=c, tanh=tanh: lib(x, w, b, out, tanh, c))
         for tanh in (True, False):
             cands[f"{'tanh' if tanh else 'exact'} ours auto"] = (lambda tanh=tanh: lib(x, w, b, out, tanh, -1))
-            if baseline is not None:
-                cands[f"{'tanh' if tanh else 'exact'} baseline auto"] = (
-                    lambda tanh=tanh: baseline(x, w, b, out, tanh, -1))
         timers = {k: graph_time(f) for k, f in cands.items()}
         samples = {k: [] for k in timers}
         for _ in range(5):
@@ -128,13 +125,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--lib", default=os.path.join(ROOT, ".sm90dev", "liblinear_gelu_sm90.so"))
-    ap.add_argument("--baseline", default=None, help="another build's .so, timed beside this one")
     a = ap.parse_args()
     lib = LinearGelu(a.lib)
-    baseline = LinearGelu(a.baseline) if a.baseline else None
     log(f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()}, torch {torch.__version__}")
     fails = check(lib)
-    res = bench(lib, baseline)
+    res = bench(lib)
     os.makedirs(a.out, exist_ok=True)
     save_log(os.path.join(a.out, "linear_gelu_sm90_h100.log"))
     with open(os.path.join(a.out, "linear_gelu_sm90_h100.json"), "w") as f:
