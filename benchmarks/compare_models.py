@@ -250,12 +250,26 @@ def train_step(model, ids):
     return step
 
 
-def train_tokens_per_s(model, ids, device: str, warmup: int, iters: int) -> float:
+def allocator_counts(device: str) -> dict:
+    """The caching allocator's cudaMalloc / cudaFree calls and retries so far: in steady
+    state a step should need none (a cudaFree synchronizes the device)."""
+    if device != "cuda":
+        return {}
+    st = torch.cuda.memory_stats()
+    return {k: st.get(k, 0) for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
+
+
+def train_tokens_per_s(model, ids, device: str, warmup: int, iters: int, r: dict | None = None) -> float:
     step = train_step(model, ids)
     for _ in range(warmup):
         step()
     sync(device)
-    return ids.numel() / statistics.median(timed(step, device) for _ in range(iters))
+    before = allocator_counts(device)
+    times = [timed(step, device) for _ in range(iters)]
+    if r is not None:
+        r["train_step_ms"] = [round(t * 1e3, 2) for t in times]
+        r["train_allocator_calls_in_timed_steps"] = {k: v - before[k] for k, v in allocator_counts(device).items()}
+    return ids.numel() / statistics.median(times)
 
 
 def decoder(model, prompt):
@@ -383,7 +397,7 @@ def run_steps(name, base, args, device) -> dict:
                     grad = unwrap(tmodel).model.layers[0].mlp.down_proj.weight.grad.float()
                     r["train_loss_rel_err_vs_eager"] = abs(loss.item() - ref_loss) / abs(ref_loss)
                     r["train_grad_rel_err_vs_eager"] = ((grad - ref_grad).norm() / ref_grad.norm()).item()
-                    r["train_tokens_per_s"] = train_tokens_per_s(tmodel, train_ids, device, args.warmup, args.iters)
+                    r["train_tokens_per_s"] = train_tokens_per_s(tmodel, train_ids, device, args.warmup, args.iters, r)
                     del tmodel, loss, grad
                 if "prefill" in args.step_modes:
                     r["prefill_tokens_per_s"] = prefill_tokens_per_s(
