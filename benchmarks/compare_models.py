@@ -832,7 +832,8 @@ def main(argv=None) -> int:
     print()
     print(f"{report['device']}, {report['dtype']}, {args.layers} decoder layers, vocab {args.vocab}, {report['date']}")
     if report["models"]:
-        print(f"prefill {args.prefill} tokens (batch 1), decode batch {args.batch} at context {args.context}")
+        print(f"prefill {args.prefill} tokens (batch 1), decode batch {args.batch} at context {args.context}, "
+              f"training step of {args.train_tokens} tokens (batch 1)")
         print(steps_table(report))
         print()
     if report["generate"]:
