@@ -66,13 +66,12 @@ def bench_us(fn, rep=100) -> float:
     return do_bench(fn, warmup=25, rep=rep, return_mode="median") * 1e3
 
 
-def interleaved_us(fns: dict, rounds: int = ROUNDS, bench=None) -> dict:
+def interleaved_us(fns: dict, rounds: int = ROUNDS) -> dict:
     """{name: (median round, [every round])}: each round times every fn once, in order."""
-    bench = bench or bench_us
     samples = {k: [] for k in fns}
     for _ in range(rounds):
         for k, fn in fns.items():
-            samples[k].append(bench(fn))
+            samples[k].append(bench_us(fn))
     return {k: (sorted(v)[len(v) // 2], v) for k, v in samples.items()}
 
 
@@ -290,11 +289,7 @@ def main() -> int:
     anchors = {"eager": step(eager_mlp), "compile": step(compiled_mlp), "ours": step(ours_mlp)}
     if liger is not None:
         anchors["liger"] = step(lambda: F.linear(liger(F.linear(x, wg), F.linear(x, wu)), wd))
-    rounds = {kk: [] for kk in anchors}
-    for _ in range(ROUNDS):
-        for kk, fn in anchors.items():
-            rounds[kk].append(bench_us(fn))
-    train = {kk: dict(rate(flops, sorted(v)[len(v) // 2]), rounds_us=v) for kk, v in rounds.items()}
+    train = rates(flops, anchors)
     # ours_composed: the composition that variants without the compiled op run.
     errs = {"ours": [rel_err(a_, b_) for a_, b_ in zip(step(ours_mlp)(), ref)]}
     assert max(errs["ours"]) < 3e-2, ("ours", errs["ours"])
@@ -308,7 +303,7 @@ def main() -> int:
     train["speedup_vs"] = {kk: train[kk]["us"] / train["ours"]["us"] for kk in ("eager", "compile", "liger") if kk in train}
     res["training_blog"] = train
     print("training step (blog): " + ", ".join(f"{kk} {v['us']:.1f}" for kk, v in train.items() if isinstance(v, dict) and "us" in v))
-    print("  rounds (us): " + "; ".join(f"{kk} " + " ".join(f"{t:.0f}" for t in v) for kk, v in rounds.items()))
+    print("  rounds (us): " + "; ".join(f"{kk} " + " ".join(f"{t:.0f}" for t in train[kk]["rounds_us"]) for kk in anchors))
 
     # ---------------------------------------------------------------- report
     print(f"\n{'case':<34} {'ours us':>9} {'TFLOP/s':>8} {'ceil':>5}  vs (x = their time / ours)")

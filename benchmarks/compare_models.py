@@ -259,17 +259,28 @@ def allocator_counts(device: str) -> dict:
     return {k: st.get(k, 0) for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
 
 
-def train_tokens_per_s(model, ids, device: str, warmup: int, iters: int, r: dict | None = None) -> float:
+def train_rates(model, ids, device: str, warmup: int, iters: int) -> dict:
+    """Training-step tokens/s (median of iters after warmup), every step's time, and
+    the allocator calls the timed steps made."""
     step = train_step(model, ids)
     for _ in range(warmup):
         step()
     sync(device)
     before = allocator_counts(device)
     times = [timed(step, device) for _ in range(iters)]
-    if r is not None:
-        r["train_step_ms"] = [round(t * 1e3, 2) for t in times]
-        r["train_allocator_calls_in_timed_steps"] = {k: v - before[k] for k, v in allocator_counts(device).items()}
-    return ids.numel() / statistics.median(times)
+    return {
+        "train_tokens_per_s": ids.numel() / statistics.median(times),
+        "train_step_ms": [round(t * 1e3, 2) for t in times],
+        "train_allocator_calls_in_timed_steps": {k: v - before[k] for k, v in allocator_counts(device).items()},
+    }
+
+
+def loss_and_mlp_grad(model, ids):
+    """One forward and backward: the loss and the first MLP's down-projection gradient,
+    what every training row is checked by against eager."""
+    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    return loss.item(), unwrap(model).model.layers[0].mlp.down_proj.weight.grad.float()
 
 
 def decoder(model, prompt):
@@ -366,13 +377,9 @@ def run_steps(name, base, args, device) -> dict:
     train_ids = torch.randint(2, args.vocab, (1, args.train_tokens), generator=g).to(device)
     with torch.no_grad():
         ref_logits = base(input_ids=prompt[:2], use_cache=False).logits.float()
-    ref_loss = None
     if "train" in args.step_modes:  # the eager model's loss and MLP weight gradient, for every row's check
         ref_model = make_row("eager", base, device, training=True)
-        ref_loss = ref_model(input_ids=train_ids[:, :256], labels=train_ids[:, :256], use_cache=False).loss
-        ref_loss.backward()
-        ref_grad = ref_model.model.layers[0].mlp.down_proj.weight.grad.float()
-        ref_loss = ref_loss.item()
+        ref_loss, ref_grad = loss_and_mlp_grad(ref_model, train_ids[:, :256])
         del ref_model
     results = {}
     for row in args.rows:
@@ -392,13 +399,11 @@ def run_steps(name, base, args, device) -> dict:
                 r["logits_rel_err_vs_eager"] = ((out - ref_logits).abs().max() / ref_logits.abs().max()).item()
                 if "train" in args.step_modes:
                     tmodel = make_row(row, base, device, args.compile_backend, training=True)
-                    loss = tmodel(input_ids=train_ids[:, :256], labels=train_ids[:, :256], use_cache=False).loss
-                    loss.backward()
-                    grad = unwrap(tmodel).model.layers[0].mlp.down_proj.weight.grad.float()
-                    r["train_loss_rel_err_vs_eager"] = abs(loss.item() - ref_loss) / abs(ref_loss)
+                    loss, grad = loss_and_mlp_grad(tmodel, train_ids[:, :256])
+                    r["train_loss_rel_err_vs_eager"] = abs(loss - ref_loss) / abs(ref_loss)
                     r["train_grad_rel_err_vs_eager"] = ((grad - ref_grad).norm() / ref_grad.norm()).item()
-                    r["train_tokens_per_s"] = train_tokens_per_s(tmodel, train_ids, device, args.warmup, args.iters, r)
-                    del tmodel, loss, grad
+                    r.update(train_rates(tmodel, train_ids, device, args.warmup, args.iters))
+                    del tmodel, grad
                 if "prefill" in args.step_modes:
                     r["prefill_tokens_per_s"] = prefill_tokens_per_s(
                         model, prefill_ids, device, args.warmup, args.iters

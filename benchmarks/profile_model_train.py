@@ -1,7 +1,7 @@
 """Where a kernelized model's training step spends its GPU time, row by row.
 
 Builds compare_models.py's 8-layer Gemma (random weights, bf16), times the training step
-of each --rows row as compare_models' train mode does (tokens/s, median of --iters after
+of each --rows row with compare_models' train mode (tokens/s, median of --iters after
 --warmup steps), then profiles two more steps and prints the kernels by total GPU time
 per step. Run it in several processes to compare a slow process with a fast one:
 
@@ -9,7 +9,6 @@ per step. Run it in several processes to compare a slow process with a fast one:
 """
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -35,13 +34,10 @@ def main() -> int:
 
     for row in a.rows.split(","):
         model = cm.make_row(row, base, "cuda", training=True)
+        r = cm.train_rates(model, ids, "cuda", a.warmup, a.iters)
+        print(f"== {a.size} {row}: {r['train_tokens_per_s']:,.0f} tok/s "
+              f"(steps {' '.join(f'{t:.1f}' for t in r['train_step_ms'])} ms)", flush=True)
         step = cm.train_step(model, ids)
-        for _ in range(a.warmup):
-            step()
-        torch.cuda.synchronize()
-        times = [cm.timed(step, "cuda") for _ in range(a.iters)]
-        print(f"== {a.size} {row}: {a.tokens / statistics.median(times):,.0f} tok/s "
-              f"(steps {' '.join(f'{t * 1e3:.1f}' for t in times)} ms)", flush=True)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(2):
                 step()

@@ -20,7 +20,6 @@
 #include <cstring>
 
 #include "cutlass/cutlass.h"
-#include "cutlass/array.h"
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/gemm/gemm.h"
 #include "cutlass/gemm/collective/collective_builder.hpp"
