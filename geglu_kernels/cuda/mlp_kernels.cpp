@@ -1,9 +1,16 @@
 // The fused inference GEMMs the native ops ask the CUDA backend for (torch_binding.h),
 // decided on the host from shapes, dtype, alignment and the device alone (no data, no
 // sync: the same choice is replayed under CUDA-graph capture):
-// - fused_gate_up (_geglu_mlp): the Hopper GEMM engine (geglu_gemm_sm90.cu) on sm_90
-//   for bf16/fp16 with 16-byte aligned rows, at every token count; elsewhere none (the
-//   op runs cuBLAS writing [gate | up], then the geglu kernel);
+// - fused_gate_up (_geglu_mlp): on sm_90 for bf16/fp16 with 16-byte aligned rows, the
+//   decode kernel (decode_sm90.cu) at 1-2 tokens and the Hopper GEMM engine
+//   (geglu_gemm_sm90.cu) above; elsewhere none (the op runs cuBLAS writing [gate | up],
+//   then the geglu kernel). The decode kernel against the engine, each with cuBLAS's down
+//   GEMM after it as in the op (H200, CUDA graphs, benchmarks/results/h200/decode/
+//   check_decode.log, us): 1 token: Gemma-2B 60.5 vs 60.5, Gemma-2-2B 45.7 vs 47.3,
+//   Gemma-7B 118.4 vs 123.7, Gemma-2-9B 86.8 vs 85.7, Gemma-2-27B 250.0 vs 271.7; 2
+//   tokens: 60.6 vs 61.1, 45.7 vs 47.2, 119.3 vs 122.2, 88.0 vs 89.9, 252.0 vs 275.6. At 4
+//   tokens it lost at two shapes (by 2.4% and 3.6%), at 8 tokens at four (1.4-2.5%),
+//   winning at Gemma-2-27B (7%, 5%) each time;
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
@@ -23,6 +30,7 @@
 
 #include "common/tensor_checks.h"
 #include "cuda_context.h"
+#include "decode_sm90.h"
 #include "geglu_gemm_sm90.h"
 #include "linear_gelu_sm90.h"
 #include "aten.h"
@@ -73,6 +81,7 @@ void check_status(const char *op, int status) {
 }
 
 constexpr int64_t kMaxInt32 = (int64_t(1) << 31) - 1;  // the engine's int32 problem sizes
+constexpr int64_t kDecodeTokens = 2;  // the decode kernel's route (<= GEGLU_DECODE_MAX_M), see the top
 
 // The engine's rules (geglu_gemm_sm90.h), checked before anything is allocated.
 bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
@@ -93,6 +102,13 @@ Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, con
   const int64_t shape[2] = {m, hidden};
   Tensor out = device::empty(IntArrayRef(shape, 2), x);
   if (m == 0 || hidden == 0) return out;
+  if (m <= kDecodeTokens) {
+    check_status(op, geglu_decode_sm90_gate_up(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(),
+                                               w_gate.stride(0), ptr_or_null(b_gate), ptr_or_null(b_up),
+                                               out.data_ptr(), hidden, out.stride(0), sm90_dtype(x), tanh,
+                                               geglu_cuda::current_stream(x)));
+    return out;
+  }
   check_status(op, geglu_gemm_sm90(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(),
                                    w_gate.stride(0), ptr_or_null(b_gate), ptr_or_null(b_up), out.data_ptr(), hidden,
                                    out.stride(0), sm90_dtype(x), tanh, /*config=*/-1,

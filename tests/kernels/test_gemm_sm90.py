@@ -3,8 +3,9 @@
 b_up) against a float64 reference over a grid of token counts and sizes (tails of every
 tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
 weights; each of the four kernel variants the engine compiles, at the edges of the
-shape pick that chooses them; > 2^31-element operands; the refusals (clear errors,
-never a wrong answer); and the route linear.py takes to it. Then the engine's bias +
+shape pick that chooses them; the decode kernel (decode_sm90.cu) that serves 1-2
+tokens instead; > 2^31-element operands; the refusals (clear errors, never a wrong
+answer); and the route linear.py takes to it. Then the engine's bias +
 GELU GEMM (linear_gelu_sm90.cu) through linear_bias_gelu, and the table that routes
 that op to it.
 
@@ -20,7 +21,7 @@ from conftest import STORAGE_TOLERANCE
 
 pytestmark = pytest.mark.cuda
 
-GRID_M = [1, 7, 64, 1000, 4096, 8192]
+GRID_M = [1, 2, 3, 7, 64, 1000, 4096, 8192]  # <= 2: the decode kernel
 GRID_KN = [(64, 64), (64, 16384), (16384, 64), (768, 3072), (3000, 1000), (2048, 16384)]
 DTYPES = [torch.bfloat16, torch.float16]
 
@@ -89,10 +90,11 @@ def test_grid_against_float64(sm90, m, kn, dtype):
 
 
 # The engine's kernel variants and a shape on each side of the edges of the shape pick
-# that chooses them (pick_config, geglu_gemm_sm90.cu): M <= 64; M <= 128; x (M*K*2 bytes)
+# that chooses them (pick_config, geglu_gemm_sm90.cu): 2 < M <= 64 (the decode kernel
+# takes M <= 2); M <= 128; x (M*K*2 bytes)
 # > 20 MB; the rest. The tuning-only variants are checked by tools/sm90_gemm/check_and_bench.py.
 PICKED_VARIANTS = {
-    "3-pingpong_64x(2x64)_c1": [(1, 1024, 1000), (64, 1024, 1000)],
+    "3-pingpong_64x(2x64)_c1": [(3, 1024, 1000), (64, 1024, 1000)],
     "0-pingpong_64x(2x128)_c1": [(65, 1024, 1000), (128, 1024, 1000)],
     "1-coop_128x(2x128)_c2": [(3256, 3072, 1000), (4096, 3072, 1000)],
     "2-pingpong_128x(2x64)_c2": [(129, 1024, 1000), (3255, 3072, 1000)],
@@ -111,6 +113,40 @@ def test_each_kernel_variant(sm90, variant, dtype):
         bu = rand((n,), dtype, 74) if has_bu else None
         poison_allocator(m, n, dtype)
         assert_close(sm90(x, wg, wu, bg, bu, approximate), reference(x, wg, wu, bg, bu, approximate), dtype, k)
+
+
+DECODE_TOKENS = 2  # kDecodeTokens (mlp_kernels.cpp): the op's route to the decode kernel
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", range(1, DECODE_TOKENS + 1))
+def test_decode_kernel_odd_sizes(sm90, m, dtype):
+    """The decode kernel's token counts over K that ends mid-chunk (multiples of 8, not of
+    512) and hidden sizes that end mid-block, with a padded x row stride, every epilogue
+    option. (M up to 8, what its ABI takes, is checked by tools/sm90_gemm/check_decode.py.)"""
+    cases = [(8, 1), (72, 13), (520, 1003), (4104, 40), (3072, 24), (1032, 9000)]
+    for i, (k, n) in enumerate(cases * 2):  # each shape with two of the epilogue options
+        approximate, (has_bg, has_bu), merged = case_options(i + 3 * m)
+        x = rand((m, k + 16), dtype, 81 + i)[:, :k]
+        w = rand((2 * n, k), dtype, 82 + i, scale=k**-0.5)
+        wg, wu = (w[:n], w[n:]) if merged else (w[:n].clone(), w[n:].clone())
+        bg = rand((n,), dtype, 83) if has_bg else None
+        bu = rand((n,), dtype, 84) if has_bu else None
+        poison_allocator(m, n, dtype)
+        assert_close(sm90(x, wg, wu, bg, bu, approximate), reference(x, wg, wu, bg, bu, approximate), dtype, k)
+
+
+def test_decode_kernel_weights_over_2_31_elements(sm90):
+    """A merged weight of > 2^31 elements: the up rows (past element 2^31) and the last
+    hidden units, where 32-bit row offsets would wrap."""
+    dtype = torch.bfloat16
+    k, n = 8192, (1 << 17) + 8  # 2n * k > 2^31
+    w = torch.randn((2 * n, k), device="cuda", dtype=dtype).mul_(k**-0.5)
+    x = rand((3, k), dtype, 91)
+    y = sm90(x, w[:n], w[n:], None, None, "tanh")
+    tail = slice(n - 100, n)
+    expected = reference(x, w[:n][tail], w[n:][tail], None, None, "tanh")
+    assert_close(y[:, tail], expected, dtype, k)
 
 
 @pytest.mark.parametrize("approximate", ["tanh", "none"])
@@ -222,24 +258,27 @@ def _cuda_kernel_names(fn):
 
 
 def test_mlp_op_runs_the_engine_where_it_serves(sm90, kernel):
-    """The per-layer op _geglu_mlp picks its gate/up kernel in C++: the engine for an
-    aligned bf16 call (no activation pass after it), cuBLAS + the geglu kernel for a
-    misaligned x; the result matches the float64 reference either way."""
+    """The per-layer op _geglu_mlp picks its gate/up kernel in C++: the decode kernel for
+    an aligned bf16 call of <= 2 tokens, the engine above (no activation pass after
+    either), cuBLAS + the geglu kernel for a misaligned x; the result matches the float64
+    reference each way."""
     dtype = torch.bfloat16
     x, w = rand((64, 256), dtype, 71), rand((512, 256), dtype, 72, scale=1 / 16)
     wd = rand((256, 256), dtype, 73, scale=1 / 16)
     expected = reference(x, w[:256], w[256:], None, None, "tanh").double() @ wd.double().t()
-    for what, xx, engine in [
-        ("aligned bf16", x, True),
-        ("misaligned x", rand((64 * 256 + 1,), dtype, 74)[1:].view(64, 256), False),
+    for what, xx, route in [
+        ("aligned bf16", x, "engine"),
+        ("2 tokens", x[:2].clone(), "decode"),
+        ("3 tokens", x[:3].clone(), "engine"),
+        ("misaligned x", rand((64 * 256 + 1,), dtype, 74)[1:].view(64, 256), "cuBLAS"),
     ]:
-        xx.copy_(x)
+        xx.copy_(x[: xx.shape[0]])
         with torch.no_grad():
             names = _cuda_kernel_names(lambda: kernel.geglu_mlp(xx, w, None, wd))
             y = kernel.geglu_mlp(xx, w, None, wd)
-        ran_engine = any("geglu_sm90" in n for n in names)
-        assert ran_engine == engine, (what, names)
-        torch.testing.assert_close(y.double(), expected.to(y.device), atol=0.05, rtol=0.05)
+        ran = {"engine": any("geglu_sm90" in n for n in names), "decode": any("decode_gate_up" in n for n in names)}
+        assert ran == {"engine": route == "engine", "decode": route == "decode"}, (what, names)
+        torch.testing.assert_close(y.double(), expected[: xx.shape[0]].to(y.device), atol=0.05, rtol=0.05)
 
 
 # ------------------------------------------------------------------ bias + GELU GEMM

@@ -8,8 +8,9 @@ merged weight read in place; the refusals; CUDA-graph replay with new inputs.
 Timing: each candidate captured 20 times in a CUDA graph and replayed, medians of 5
 interleaved rounds, weights larger than L2 (every call reads them from HBM), against
 the measured read bandwidth. The down projection is cuBLAS's in every MLP row.
-(The experiment this kernel was cut from, with a split-K down projection, unroll,
-pipelining and row-group knobs, is commit 0b9f914.)
+(The experiments this kernel was cut from: commit 0b9f914, register-fed variants with a
+split-K down projection and unroll / pipelining / row-group knobs; commit 509f929, the
+register-fed kernel against bulk-copy rings, and probes of the kernel that runs before.)
 
     python tools/sm90_gemm/check_decode.py [--out DIR] [--no-bench] [--gemm-lib PATH]
 """
@@ -120,11 +121,15 @@ def bench(dec, gemm):
     res["bw_read"] = bw_read
     del big
     bf = torch.bfloat16
-    for name, d, H in (("gemma2b", 2048, 16384), ("gemma7b", 3072, 24576)):
+    shapes = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b", 3072, 24576),
+              ("gemma2-9b", 3584, 14336), ("gemma2-27b", 4608, 36864))
+    if os.environ.get("DECODE_SHAPES"):
+        shapes = tuple(s for s in shapes if s[0] in os.environ["DECODE_SHAPES"].split(","))
+    for name, d, H in shapes:
         wm = torch.randn(2 * H, d, device="cuda").mul_(d ** -0.5).to(bf)
         wg, wu = wm[:H], wm[H:]
         wd = torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(bf)
-        for M in (1, 4, 8):
+        for M in (1, 2, 4, 8):
             x = torch.randn(M, d, device="cuda").to(bf)
             r = torch.randn(M, d, device="cuda").to(bf)
             hh = torch.empty(M, H, device="cuda", dtype=bf)
