@@ -10,7 +10,10 @@
 //   Gemma-7B 118.4 vs 123.7, Gemma-2-9B 86.8 vs 85.7, Gemma-2-27B 250.0 vs 271.7; 2
 //   tokens: 60.6 vs 61.1, 45.7 vs 47.2, 119.3 vs 122.2, 88.0 vs 89.9, 252.0 vs 275.6. At 4
 //   tokens it lost at two shapes (by 2.4% and 3.6%), at 8 tokens at four (1.4-2.5%),
-//   winning at Gemma-2-27B (7%, 5%) each time;
+//   winning at Gemma-2-27B (7%, 5%) each time. On an H100 (h100_final/decode/) at 1 and
+//   2 tokens: 79.2 vs 80.1 and 79.9 vs 79.4, 56.0 vs 58.0 and 57.2 vs 59.0, 165.7 vs
+//   165.4 and 166.4 vs 170.3, 119.7 vs 119.4 and 119.6 vs 118.6, 358.6 vs 362.7 and
+//   360.0 vs 374.9;
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
