@@ -30,12 +30,10 @@
 
 #include "decode_sm90.h"
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -43,7 +41,6 @@
 #include "sm90_launcher.cuh"
 
 namespace geglu_decode {
-namespace cg = cooperative_groups;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -54,17 +51,6 @@ constexpr int kRowPitch = kChunk * 2 + 16;   // bytes: the 16-byte skew spreads 
 constexpr int kStageBytes = 16 * kRowPitch;
 constexpr int kRingBytes = kStages * kStageBytes;  // 33,280
 static_assert(kChunk == kWarps * 64, "each warp takes one 64-element piece of a chunk");
-
-struct LinearParams {
-  const void* x;
-  const void* w;
-  const void* bias;
-  const void* residual;
-  void* out;
-  int64_t ldx, ldw, ldr, ldo;
-  int M, K, N;
-  int k_split;  // K elements per cluster rank, a multiple of kChunk
-};
 
 struct Params {
   const void* x;
@@ -129,68 +115,61 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// The block's 16 weight rows (row_of(r): row r's first element, or nullptr past the
-// matrix) times the tokens over K range [k_begin, k_end), streamed through the ring;
-// leaves each warp's accumulators in warp_sums (accumulator i of lane l: A row l / 4 +
-// 8 (i / 2), token 2 (l % 4) + i % 2) and syncs the block.
-template <class T, class RowOf>
-__device__ __forceinline__ void stream_rows(RowOf row_of, const T* tokens, int M, int64_t ldx, int k_begin,
-                                            int k_end, unsigned char* ring, uint64_t* full,
-                                            float (&warp_sums)[kWarps][4][32]) {
-  __shared__ const T* rows[16];
-  __shared__ uint32_t row_count;
+template <class T, bool kTanh>
+__global__ void __launch_bounds__(kThreads) decode_gate_up(const Params p) {
+  using S = Storage<T>;
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t full[kStages];
+  __shared__ float warp_sums[kWarps][4][32];
+
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
-  const int chunks = k_end > k_begin ? (k_end - k_begin + kChunk - 1) / kChunk : 0;
+  const int64_t unit0 = int64_t(blockIdx.x) * kHiddenPerBlock;
+  const int chunks = (p.K + kChunk - 1) / kChunk;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) mbar_init(&full[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    uint32_t n = 0;
-    for (int r = 0; r < 16; ++r) {
-      rows[r] = row_of(r);
-      n += rows[r] != nullptr;
-    }
-    row_count = n;
   }
   __syncthreads();
-  // Thread 0: chunk c of the rows into its stage; it is on the ring's critical path, so
-  // the row pointers are worked out once. Absent rows are not copied; their stale
-  // accumulators reach no output.
+  // Thread 0: chunk c of the 16 rows (gate rows, then up rows) into its stage. Rows past
+  // H are not copied; their stale accumulators reach no output.
   auto issue = [&](int c) {
-    const int k0 = k_begin + c * kChunk;
-    const uint32_t bytes = uint32_t(min(kChunk, k_end - k0)) * sizeof(T);
+    const int k0 = c * kChunk;
+    const uint32_t bytes = uint32_t(min(kChunk, p.K - k0)) * sizeof(T);
+    const int units = int(p.H - unit0 < kHiddenPerBlock ? p.H - unit0 : kHiddenPerBlock);
     unsigned char* stage = ring + (c % kStages) * kStageBytes;
     uint64_t* bar = &full[c % kStages];
-    mbar_expect_tx(bar, row_count * bytes);
-#pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      if (rows[r] != nullptr) bulk_copy(stage + r * kRowPitch, rows[r] + k0, bytes, bar);
+    mbar_expect_tx(bar, 2 * units * bytes);
+    for (int r = 0; r < units; ++r) {
+      const int64_t at = (unit0 + r) * p.ldw + k0;
+      bulk_copy(stage + r * kRowPitch, static_cast<const T*>(p.w_gate) + at, bytes, bar);
+      bulk_copy(stage + (r + 8) * kRowPitch, static_cast<const T*>(p.w_up) + at, bytes, bar);
     }
   };
   if (threadIdx.x == 0) {
     for (int c = 0; c < kStages && c < chunks; ++c) issue(c);
   }
-  const T* x = tokens + (g < M ? g : 0) * ldx;  // token g's row
+  const T* x = static_cast<const T*>(p.x) + (g < p.M ? g : 0) * p.ldx;  // token g's row
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int c = 0; c < chunks; ++c) {
     mbar_wait(&full[c % kStages], (c / kStages) & 1);
     const unsigned char* stage = ring + (c % kStages) * kStageBytes;
     const int e0 = warp * 64;  // this warp's 64 elements of the chunk
-    uint4 a[2][2], b[2];       // [A row g, A row g + 8][word], [word]
+    uint4 a[2][2], b[2];       // [gate, up][word], [word]
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
-      const int e = e0 + 8 * q + 32 * s, k = k_begin + c * kChunk + e;
-      const bool in_k = k < k_end;  // K and k_end are multiples of 8: words are all in or all out
+      const int e = e0 + 8 * q + 32 * s, k = c * kChunk + e;
+      const bool in_k = k < p.K;  // K is a multiple of 8: words are all in or all out
       a[0][s] = in_k ? *reinterpret_cast<const uint4*>(stage + g * kRowPitch + e * 2) : zero;
       a[1][s] = in_k ? *reinterpret_cast<const uint4*>(stage + (g + 8) * kRowPitch + e * 2) : zero;
-      b[s] = g < M && in_k ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
+      b[s] = g < p.M && in_k ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
     }
 #pragma unroll
     for (int step = 0; step < 4; ++step) {
       const int s = step / 2, w = (step % 2) * 2;
-      Storage<T>::mma(acc, word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1),
-                      word(b[s], w), word(b[s], w + 1));
+      S::mma(acc, word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1), word(b[s], w),
+             word(b[s], w + 1));
     }
     __syncthreads();  // every warp is done with the stage
     if (threadIdx.x == 0 && c + kStages < chunks) {
@@ -198,28 +177,12 @@ __device__ __forceinline__ void stream_rows(RowOf row_of, const T* tokens, int M
       issue(c + kStages);
     }
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) warp_sums[warp][i][lane] = acc[i];
-  __syncthreads();
-}
 
-// Gate/up with the GeGLU: A rows 0-7 are the gate rows of units unit0..unit0+7, A rows
-// 8-15 their up rows.
-template <class T, bool kTanh>
-__global__ void __launch_bounds__(kThreads) decode_gate_up(const Params p) {
-  using S = Storage<T>;
-  extern __shared__ __align__(128) unsigned char ring[];
-  __shared__ __align__(8) uint64_t full[kStages];
-  __shared__ float warp_sums[kWarps][4][32];
-  const int64_t unit0 = int64_t(blockIdx.x) * kHiddenPerBlock;
-  auto row_of = [&](int r) -> const T* {
-    const int64_t unit = unit0 + r % 8;
-    if (unit >= p.H) return nullptr;
-    return static_cast<const T*>(r < 8 ? p.w_gate : p.w_up) + unit * p.ldw;
-  };
-  stream_rows(row_of, static_cast<const T*>(p.x), p.M, p.ldx, 0, p.K, ring, full, warp_sums);
-  // Threads 0-63 finish one (unit, token) output each: accumulators j (gate) and j + 2
-  // (up) of lane l are unit unit0 + l / 4, token 2 (l % 4) + j.
+#pragma unroll
+  for (int r = 0; r < 4; ++r) warp_sums[warp][r][lane] = acc[r];
+  __syncthreads();
+  // Accumulator r of lane l: unit unit0 + l / 4, token 2 (l % 4) + r % 2, gate for r < 2
+  // and up for r >= 2. Threads 0-63 finish one (unit, token) output each.
   if (threadIdx.x >= 64) return;
   const int j = threadIdx.x / 32, l = threadIdx.x % 32;
   const int token = 2 * (l % 4) + j;
@@ -236,63 +199,22 @@ __global__ void __launch_bounds__(kThreads) decode_gate_up(const Params p) {
   static_cast<T*>(p.out)[token * p.ldo + col] = S::from_float(geglu_cuda::gelu<kTanh>(gate) * up);
 }
 
-// The linear with bias and residual (the down projection): A rows are weight rows
-// n0..n0+15. Its K is split over the cluster (grid y, gridDim.y ranks of k_split
-// elements); the ranks add their sums through distributed shared memory, each
-// finishing a share of the outputs.
-template <class T>
-__global__ void __launch_bounds__(kThreads) decode_linear(const LinearParams p) {
-  using S = Storage<T>;
-  extern __shared__ __align__(128) unsigned char ring[];
-  __shared__ __align__(8) uint64_t full[kStages];
-  __shared__ float warp_sums[kWarps][4][32];
-  __shared__ float block_sums[4 * 32];
-  const int64_t n0 = int64_t(blockIdx.x) * 16;
-  auto row_of = [&](int r) -> const T* {
-    return n0 + r < p.N ? static_cast<const T*>(p.w) + (n0 + r) * p.ldw : nullptr;
-  };
-  const int k_begin = blockIdx.y * p.k_split;
-  stream_rows(row_of, static_cast<const T*>(p.x), p.M, p.ldx, k_begin, min(p.K, k_begin + p.k_split), ring, full,
-              warp_sums);
-  if (threadIdx.x < 128) {
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += (&warp_sums[w][0][0])[threadIdx.x];
-    block_sums[threadIdx.x] = s;
-  }
-  cg::cluster_group cluster = cg::this_cluster();
-  const int split = gridDim.y, rank = blockIdx.y;
-  cluster.sync();
-  // Output o = (accumulator i, lane l): row n0 + l / 4 + 8 (i / 2), token 2 (l % 4) + i % 2.
-  for (int o = rank + split * threadIdx.x; o < 128; o += split * kThreads) {
-    const int i = o / 32, l = o % 32;
-    const int token = 2 * (l % 4) + i % 2;
-    const int64_t col = n0 + l / 4 + 8 * (i / 2);
-    if (token >= p.M || col >= p.N) continue;
-    float v = 0.0f;
-    for (int r = 0; r < split; ++r) v += cluster.map_shared_rank(block_sums, r)[o];
-    if (p.bias) v += S::to_float(static_cast<const T*>(p.bias)[col]);
-    if (p.residual) v += S::to_float(static_cast<const T*>(p.residual)[token * p.ldr + col]);
-    static_cast<T*>(p.out)[token * p.ldo + col] = S::from_float(v);
-  }
-  cluster.sync();  // this block's sums stay alive until every rank has read them
-}
+using Kernel = void (*)(Params);
 
 // The ring needs more than the default 48 KB of dynamic shared memory: raised once per
-// kernel and device, with the kernel's resident blocks per SM asked then (0: CUDA refused).
-int blocks_per_sm(const void* kernel, int index, int device) {
-  static std::atomic<int> known[6][sm90_launcher::kMaxDevices];
-  std::atomic<int>& slot = known[index][device];
-  int blocks = slot.load(std::memory_order_acquire);
-  if (blocks > 0) return blocks;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kRingBytes);
-  if (e != cudaSuccess || blocks < 1) {
-    sm90_launcher::record_cuda_error(e != cudaSuccess ? e : cudaErrorInvalidConfiguration);
-    return 0;
+// kernel and device (false if CUDA refused).
+bool allow_ring(Kernel kernel, int index, int device) {
+  static std::atomic<bool> done[4][sm90_launcher::kMaxDevices];
+  std::atomic<bool>& flag = done[index][device];
+  if (flag.load(std::memory_order_acquire)) return true;
+  const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
+  if (e != cudaSuccess) {
+    sm90_launcher::record_cuda_error(e);
+    return false;
   }
-  slot.store(blocks, std::memory_order_release);
-  return blocks;
+  flag.store(true, std::memory_order_release);
+  return true;
 }
 
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -321,71 +243,14 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
 
   const bool tanh = approximate != 0;
   const int index = (dtype == GEGLU_SM90_BF16 ? 0 : 2) + (tanh ? 1 : 0);
-  using Kernel = void (*)(Params);
   const Kernel kernels[4] = {decode_gate_up<__nv_bfloat16, false>, decode_gate_up<__nv_bfloat16, true>,
                              decode_gate_up<__half, false>, decode_gate_up<__half, true>};
-  if (blocks_per_sm(reinterpret_cast<const void*>(kernels[index]), index, device) == 0) return GEGLU_SM90_ERR_CUDA;
+  if (!allow_ring(kernels[index], index, device)) return GEGLU_SM90_ERR_CUDA;
   Params p{x, w_gate, w_up, b_gate, b_up, out, ldx, ldw, ldo, int(M), int(K), int(H)};
   void* args[] = {&p};
   const int64_t blocks = (H + kHiddenPerBlock - 1) / kHiddenPerBlock;  // < 2^28
   const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernels[index]), dim3(unsigned(blocks)),
                                          dim3(kThreads), args, kRingBytes, static_cast<cudaStream_t>(stream));
-  if (e != cudaSuccess) {
-    sm90_launcher::record_cuda_error(e);
-    return GEGLU_SM90_ERR_CUDA;
-  }
-  return GEGLU_SM90_OK;
-}
-
-extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w, int64_t N,
-                                        int64_t ldw, const void* bias, const void* residual, int64_t ldr, void* out,
-                                        int64_t ldo, int dtype, void* stream) {
-  using namespace geglu_decode;
-  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
-  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
-  if (M < 0 || M > GEGLU_DECODE_MAX_M || K < 1 || N < 1 || K > kMax || N > kMax || ldx < K || ldw < K ||
-      ldo < N || (residual != nullptr && ldr < N)) {
-    return GEGLU_SM90_ERR_SHAPE;
-  }
-  if (K % 8 != 0 || ldx % 8 != 0 || ldw % 8 != 0) return GEGLU_SM90_ERR_STRIDE;
-  if (!aligned(x, 16) || !aligned(w, 16) || out == nullptr || !aligned(out, 2) || !aligned(bias, 2) ||
-      !aligned(residual, 2)) {
-    return GEGLU_SM90_ERR_ALIGN;
-  }
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
-  if (M == 0) return GEGLU_SM90_OK;
-
-  const int index = dtype == GEGLU_SM90_BF16 ? 4 : 5;
-  const void* kernel = dtype == GEGLU_SM90_BF16 ? reinterpret_cast<const void*>(decode_linear<__nv_bfloat16>)
-                                                : reinterpret_cast<const void*>(decode_linear<__half>);
-  const int per_sm = blocks_per_sm(kernel, index, device);
-  if (per_sm == 0) return GEGLU_SM90_ERR_CUDA;
-  // The K split: where the row blocks are fewer than the GPU holds at once, enough
-  // cluster ranks to fill it (rounded), each rank at least one chunk, at most 8 (the
-  // portable cluster size).
-  const int64_t row_blocks = (N + 15) / 16;  // < 2^27
-  const int64_t resident = int64_t(per_sm) * info->sm_count;
-  int64_t split = (2 * resident + row_blocks) / (2 * row_blocks);
-  split = std::max<int64_t>(1, std::min<int64_t>({split, (K + kChunk - 1) / kChunk, 8}));
-  const int64_t per_rank = (K + split - 1) / split;
-  LinearParams p{x, w, bias, residual, out, ldx, ldw, ldr, ldo, int(M), int(K), int(N),
-                 int((per_rank + kChunk - 1) / kChunk * kChunk)};
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(row_blocks), unsigned(split), 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = kRingBytes;
-  cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = unsigned(split);
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  void* args[] = {&p};
-  const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel, args);
   if (e != cudaSuccess) {
     sm90_launcher::record_cuda_error(e);
     return GEGLU_SM90_ERR_CUDA;

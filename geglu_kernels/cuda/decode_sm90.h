@@ -29,14 +29,6 @@ extern "C" {
 
 enum { GEGLU_DECODE_MAX_M = 8 };
 
-// out[m, n] = x[m] . W[n] + bias[n] + residual[m, n] (W [N, K] row-major, row stride
-// ldw; residual [M, N] with row stride ldr; bias and residual may be NULL): the down
-// projection at decode, its K split over a thread-block cluster.
-int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx,
-                             const void* w, int64_t N, int64_t ldw,
-                             const void* bias, const void* residual, int64_t ldr,
-                             void* out, int64_t ldo, int dtype, void* stream);
-
 int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, int64_t ldx,
                               const void* w_gate, const void* w_up, int64_t ldw,
                               const void* b_gate, const void* b_up,

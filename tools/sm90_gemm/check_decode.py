@@ -38,7 +38,6 @@ class Decode:
         L = self.L = ctypes.CDLL(path)
         i64, vp, ci = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
         L.geglu_decode_sm90_gate_up.argtypes = [vp, i64, i64, i64, vp, vp, i64, vp, vp, vp, i64, i64, ci, ci, vp]
-        L.geglu_decode_sm90_linear.argtypes = [vp, i64, i64, i64, vp, i64, i64, vp, vp, i64, vp, i64, ci, vp]
 
     def gate_up(self, x, wg, wu, out, bg=None, bu=None, tanh=True):
         s = torch.cuda.current_stream().cuda_stream
@@ -46,14 +45,6 @@ class Decode:
         return self.L.geglu_decode_sm90_gate_up(
             x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), wg.data_ptr(), wu.data_ptr(), wg.stride(0),
             p(bg), p(bu), out.data_ptr(), wg.shape[0], out.stride(0), DT[x.dtype], int(tanh), s)
-
-    def linear(self, x, w, out, bias=None, residual=None):
-        s = torch.cuda.current_stream().cuda_stream
-        p = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-        ldr = residual.stride(0) if residual is not None else 0
-        return self.L.geglu_decode_sm90_linear(
-            x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), w.data_ptr(), w.shape[0], w.stride(0), p(bias),
-            p(residual), ldr, out.data_ptr(), out.stride(0), DT[x.dtype], s)
 
 
 def padded(rows, cols, pad, dtype, scale=1.0):
@@ -88,20 +79,6 @@ def check(dec):
                         if not e <= tol[dtype]:
                             fails += 1
                             log(f"  FAIL {dtype} M={M} K={K} H={H} pad={pad} tanh={tanh}: rc={rc} err={e:.3g}")
-                    # the linear: W [N, K] (N = H + 3: rows end mid-block), bias, residual
-                    N = H + 3
-                    wd = padded(N, K, pad, dtype, K ** -0.5)
-                    b = torch.randn(N, device="cuda").to(dtype) if M % 2 else None
-                    r = padded(M, N, 5 * pad, dtype) if M != 4 else None
-                    out = torch.full((M, N + pad), float("nan"), device="cuda", dtype=dtype)[:, :N]
-                    rc = dec.linear(x, wd, out, b, r)
-                    ref = x.double() @ wd.double().t()
-                    ref = ref + (b.double() if b is not None else 0) + (r.double() if r is not None else 0)
-                    n += 1
-                    e = rel_err(out, ref) if rc == 0 else float("inf")
-                    if not e <= tol[dtype]:
-                        fails += 1
-                        log(f"  FAIL linear {dtype} M={M} K={K} N={N} pad={pad}: rc={rc} err={e:.3g}")
     # Refusals: M over the limit (8), K not a multiple of 8, a row stride that is not.
     x = torch.randn(9, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
@@ -155,8 +132,7 @@ def bench(dec, gemm):
         for M in (1, 2, 4, 8):
             x = torch.randn(M, d, device="cuda").to(bf)
             r = torch.randn(M, d, device="cuda").to(bf)
-            hh = torch.randn(M, H, device="cuda").to(bf)
-            y = torch.empty(M, d, device="cuda", dtype=bf)
+            hh = torch.empty(M, H, device="cuda", dtype=bf)
 
             def cublas_geglu():
                 gu = torch.mm(x, wm.t())
@@ -168,9 +144,6 @@ def bench(dec, gemm):
                 "gate/up decode kernel": lambda: dec.gate_up(x, wg, wu, hh),
                 "MLP cuBLAS mm + torch geglu + addmm": lambda: torch.addmm(r, cublas_geglu(), wd.t()),
                 "MLP decode kernel + addmm": lambda: (dec.gate_up(x, wg, wu, hh), torch.addmm(r, hh, wd.t())),
-                "MLP decode kernel + decode linear": lambda: (dec.gate_up(x, wg, wu, hh), dec.linear(hh, wd, y, None, r)),
-                "down cuBLAS addmm +res": lambda: torch.addmm(r, hh, wd.t(), out=y),
-                "down decode linear +res": lambda: dec.linear(hh, wd, y, None, r),
             }
             if gemm is not None:
                 cands["gate/up engine"] = lambda: gemm(x, wg, wu, None, None, hh, True, 3)
@@ -181,7 +154,7 @@ def bench(dec, gemm):
             for _ in range(5):
                 for k, t in timers.items():
                     samples[k].append(t())
-            wb = {"gate/up": 2 * d * H * 2, "MLP": 3 * d * H * 2, "down": d * H * 2}
+            wb = {"gate/up": 2 * d * H * 2, "MLP": 3 * d * H * 2}
             log(f"{name} M={M}: read-bandwidth floor: gate/up {wb['gate/up'] / bw_read * 1e6:.1f} us, "
                 f"MLP {wb['MLP'] / bw_read * 1e6:.1f} us")
             for k, v in samples.items():
