@@ -131,8 +131,9 @@ def main():
     fails = check(lib)
     res = bench(lib)
     os.makedirs(a.out, exist_ok=True)
-    save_log(os.path.join(a.out, "linear_gelu_sm90_h100.log"))
-    with open(os.path.join(a.out, "linear_gelu_sm90_h100.json"), "w") as f:
+    card = "h200" if "H200" in torch.cuda.get_device_name() else "h100"  # the lent cards; named for the results
+    save_log(os.path.join(a.out, f"linear_gelu_sm90_{card}.log"))
+    with open(os.path.join(a.out, f"linear_gelu_sm90_{card}.json"), "w") as f:
         json.dump(res, f, indent=1)
     raise SystemExit(1 if fails else 0)
 
