@@ -25,8 +25,8 @@
 // - The 8 warps split each chunk (64 elements each) and add their sums in shared memory
 //   at the end; the epilogue (biases, GELU, product) runs in float32 with one rounding.
 //
-// Measured against the engine's small-M schedule and cuBLAS: docs/DESIGN.md, "Decode
-// GEMMs". Build: part of the geglu_gemm_sm90 kernel (build.toml), sm_90a.
+// Measured against the engine's small-M schedule and cuBLAS: docs/DESIGN.md, "The decode
+// gate/up kernel". Build: part of the geglu_gemm_sm90 kernel (build.toml), sm_90a.
 
 #include "decode_sm90.h"
 
