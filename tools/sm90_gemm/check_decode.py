@@ -27,7 +27,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from check_linear import graph_time
+from check_linear import graph_rounds, graph_time
 from harness import ROOT, log, save_log
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
@@ -149,11 +149,7 @@ def bench(dec, gemm):
                 cands["gate/up engine"] = lambda: gemm(x, wg, wu, None, None, hh, True, 3)
                 cands["MLP engine + addmm"] = lambda: (gemm(x, wg, wu, None, None, hh, True, 3),
                                                       torch.addmm(r, hh, wd.t()))
-            timers = {k: graph_time(f) for k, f in cands.items()}
-            samples = {k: [] for k in timers}
-            for _ in range(5):
-                for k, t in timers.items():
-                    samples[k].append(t())
+            samples = graph_rounds(cands)
             wb = {"gate/up": 2 * d * H * 2, "MLP": 3 * d * H * 2}
             log(f"{name} M={M}: read-bandwidth floor: gate/up {wb['gate/up'] / bw_read * 1e6:.1f} us, "
                 f"MLP {wb['MLP'] / bw_read * 1e6:.1f} us")

@@ -180,6 +180,25 @@ def graph_time(fn, reps=20):
     return once
 
 
+def graph_rounds(cands, rounds=5, skip_failures=False):
+    """Each candidate captured (graph_time) and replayed in `rounds` interleaved rounds:
+    {name: [us per call, one per round]}. skip_failures: a candidate whose capture
+    fails is logged and left out instead of raising."""
+    timers = {}
+    for k, f in cands.items():
+        try:
+            timers[k] = graph_time(f)
+        except Exception as e:  # noqa: BLE001
+            if not skip_failures:
+                raise
+            log(f"  {k}: failed {e}")
+    samples = {k: [] for k in timers}
+    for _ in range(rounds):
+        for k, t in timers.items():
+            samples[k].append(t())
+    return samples
+
+
 def bench(lin, gemm):
     res = {}
     big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
@@ -225,16 +244,7 @@ def bench(lin, gemm):
                 for c in (0, 4):
                     cands[f"gate/up ours batch2 {lin.names[c]} (pre-act only)"] = (
                         lambda c=c: lin(x, wg, gu, config=c, batch=2, w_bs=bs, out_bs=M * H))
-            timers = {}
-            for k, f in cands.items():
-                try:
-                    timers[k] = graph_time(f)
-                except Exception as e:  # noqa: BLE001
-                    log(f"  {k}: failed {e}")
-            samples = {k: [] for k in timers}
-            for _ in range(5):
-                for k, t in timers.items():
-                    samples[k].append(t())
+            samples = graph_rounds(cands, skip_failures=True)
             wbytes_down = d * H * 2
             wbytes_gu = 2 * d * H * 2
             log(f"{name} M={M}: floor (read bw) down {wbytes_down / bw_read * 1e6:.1f} us, gate/up {wbytes_gu / bw_read * 1e6:.1f} us")

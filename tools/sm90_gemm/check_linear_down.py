@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_linear import graph_time  # noqa: E402
+from check_linear import graph_rounds  # noqa: E402
 from harness import ROOT, log, save_log  # noqa: E402
 
 # (tokens, hidden = K, out = N): the MLPs' down projections at prefill
@@ -102,11 +102,7 @@ def bench(lib, rounds=5) -> dict:
                 if lib(h, w, bias, resid, out, cfg) != 0:
                     continue
                 fns[lib.names[cfg]] = (lambda cfg=cfg, bias=bias, resid=resid: lib(h, w, bias, resid, out, cfg))
-            timers = {k: graph_time(f) for k, f in fns.items()}
-            times = {k: [] for k in fns}
-            for _ in range(rounds):
-                for k, t in timers.items():
-                    times[k].append(t())
+            times = graph_rounds(fns, rounds)
             med = {k: statistics.median(v) for k, v in times.items()}
             base = next(iter(med.values()))
             log(f"{name} {M}x{K}->{N} {case}:")

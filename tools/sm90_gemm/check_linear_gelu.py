@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_linear import graph_time  # noqa: E402
+from check_linear import graph_rounds  # noqa: E402
 from harness import ROOT, log, save_log  # noqa: E402
 
 SHAPES = {"bert_large": (8192, 1024, 4096), "gpt2_xl": (8192, 1600, 6400), "bert_large_m64": (64, 1024, 4096),
@@ -107,11 +107,7 @@ def bench(lib):
                     lambda c=c, tanh=tanh: lib(x, w, b, out, tanh, c))
         for tanh in (True, False):
             cands[f"{'tanh' if tanh else 'exact'} ours auto"] = (lambda tanh=tanh: lib(x, w, b, out, tanh, -1))
-        timers = {k: graph_time(f) for k, f in cands.items()}
-        samples = {k: [] for k in timers}
-        for _ in range(5):
-            for k, t in timers.items():
-                samples[k].append(t())
+        samples = graph_rounds(cands)
         flops = 2 * M * N * K
         log(f"{name} M={M} K={K} N={N}")
         for k, v in samples.items():
