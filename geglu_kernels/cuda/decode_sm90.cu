@@ -36,9 +36,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "gelu_math.cuh"
 #include "sm90_launcher.cuh"
+#include "vec.cuh"
 
 namespace geglu_decode {
 
@@ -63,29 +65,24 @@ struct Params {
   int M, K, H;
 };
 
-template <class T> struct Storage;
-template <> struct Storage<__nv_bfloat16> {
-  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+// D += A B on the tensor cores, m16n8k16, float32 accumulators, T = bf16 or fp16 operands
+// (the only difference is the PTX type).
+template <class T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-  static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
-};
-template <> struct Storage<__half> {
-  static __device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
+  } else {
+    static_assert(std::is_same_v<T, __half>, "bf16 or fp16 operands");
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
-  static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-  static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
-};
+}
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -117,7 +114,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 
 template <class T, bool kTanh>
 __global__ void __launch_bounds__(kThreads) decode_gate_up(const Params p) {
-  using S = Storage<T>;
+  using geglu_cuda::to_float;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ float warp_sums[kWarps][4][32];
@@ -168,8 +165,8 @@ __global__ void __launch_bounds__(kThreads) decode_gate_up(const Params p) {
 #pragma unroll
     for (int step = 0; step < 4; ++step) {
       const int s = step / 2, w = (step % 2) * 2;
-      S::mma(acc, word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1), word(b[s], w),
-             word(b[s], w + 1));
+      mma_m16n8k16<T>(acc, word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1),
+                      word(b[s], w), word(b[s], w + 1));
     }
     __syncthreads();  // every warp is done with the stage
     if (threadIdx.x == 0 && c + kStages < chunks) {
@@ -194,9 +191,9 @@ __global__ void __launch_bounds__(kThreads) decode_gate_up(const Params p) {
     gate += warp_sums[w][j][l];
     up += warp_sums[w][j + 2][l];
   }
-  if (p.b_gate) gate += S::to_float(static_cast<const T*>(p.b_gate)[col]);
-  if (p.b_up) up += S::to_float(static_cast<const T*>(p.b_up)[col]);
-  static_cast<T*>(p.out)[token * p.ldo + col] = S::from_float(geglu_cuda::gelu<kTanh>(gate) * up);
+  if (p.b_gate) gate += to_float(static_cast<const T*>(p.b_gate)[col]);
+  if (p.b_up) up += to_float(static_cast<const T*>(p.b_up)[col]);
+  static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(geglu_cuda::gelu<kTanh>(gate) * up);
 }
 
 using Kernel = void (*)(Params);
