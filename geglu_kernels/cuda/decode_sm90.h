@@ -1,8 +1,8 @@
 #pragma once
-// The GeGLU gate/up GEMM for decode (1..8 tokens) on Hopper (sm_90a), plain C ABI (no
-// torch, no CUDA headers); geglu_gemm_sm90.h's GEMM at the token counts where a weight
-// stream beats its wgmma tiles (decode_sm90.cu has the design, docs/DESIGN.md the
-// measurements):
+// The decode GEMMs of a GeGLU MLP on Hopper (sm_90a), plain C ABI (no torch, no CUDA
+// headers): weight streams for the token counts where they beat geglu_gemm_sm90.h's
+// wgmma tiles and cuBLAS (decode_sm90.cu has the design, docs/DESIGN.md the
+// measurements). The gate/up with the GeGLU epilogue, 1..8 tokens:
 //
 //   out[m, h] = gelu(x[m] . Wg[h] + bg[h]) * (x[m] . Wu[h] + bu[h])
 //
@@ -27,13 +27,36 @@
 extern "C" {
 #endif
 
-enum { GEGLU_DECODE_MAX_M = 8 };
+enum { GEGLU_DECODE_MAX_M = 8, GEGLU_DECODE_LINEAR_MAX_M = 4 };
 
 int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, int64_t ldx,
                               const void* w_gate, const void* w_up, int64_t ldw,
                               const void* b_gate, const void* b_up,
                               void* out, int64_t H, int64_t ldo,
                               int dtype, int approximate, void* stream);
+
+// The down projection for decode, the same weight stream:
+//
+//   out[m, n] = x[m] . W[n] + bias[n] + residual[m, n]
+//
+// x [M, K] (row stride ldx), W [N, K] row-major (row stride ldw), out [M, N] (ldo);
+// bias [N] and residual [M, N] (row stride ldr) may be NULL. Each block reads 8 rows of
+// W, each row cut at the middle of K into two segments multiplied side by side, so the
+// grid has N / 8 blocks with no reduction between them. Rounding, dtypes, asynchrony and
+// the rules on K, strides and alignment as above (the residual needs element
+// alignment); 0 <= M <= GEGLU_DECODE_LINEAR_MAX_M.
+int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx,
+                             const void* w, int64_t ldw, const void* bias,
+                             const void* residual, int64_t ldr,
+                             void* out, int64_t N, int64_t ldo,
+                             int dtype, void* stream);
+
+// The largest N for which geglu_decode_sm90_linear's grid fits on the current device at
+// once (one wave of blocks): beyond, the blocks of a second wave run alone after the
+// first and the kernel loses to cuBLAS (Gemma-2-27B's down projection, 576 blocks for
+// 528 places on an H200: 106.6 us against 86.8). Queried once per device; 0 where the
+// device is not compute capability 9.0 or CUDA failed.
+int64_t geglu_decode_sm90_linear_max_n(void);
 
 #ifdef __cplusplus
 }

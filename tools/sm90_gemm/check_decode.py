@@ -38,6 +38,7 @@ class Decode:
         L = self.L = ctypes.CDLL(path)
         i64, vp, ci = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
         L.geglu_decode_sm90_gate_up.argtypes = [vp, i64, i64, i64, vp, vp, i64, vp, vp, vp, i64, i64, ci, ci, vp]
+        L.geglu_decode_sm90_linear.argtypes = [vp, i64, i64, i64, vp, i64, vp, vp, i64, vp, i64, i64, ci, vp]
 
     def gate_up(self, x, wg, wu, out, bg=None, bu=None, tanh=True):
         s = torch.cuda.current_stream().cuda_stream
@@ -45,6 +46,14 @@ class Decode:
         return self.L.geglu_decode_sm90_gate_up(
             x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), wg.data_ptr(), wu.data_ptr(), wg.stride(0),
             p(bg), p(bu), out.data_ptr(), wg.shape[0], out.stride(0), DT[x.dtype], int(tanh), s)
+
+
+    def linear(self, x, w, out, bias=None, residual=None):
+        s = torch.cuda.current_stream().cuda_stream
+        p = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+        return self.L.geglu_decode_sm90_linear(
+            x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), w.data_ptr(), w.stride(0), p(bias), p(residual),
+            0 if residual is None else residual.stride(0), out.data_ptr(), w.shape[0], out.stride(0), DT[x.dtype], s)
 
 
 def padded(rows, cols, pad, dtype, scale=1.0):
@@ -79,6 +88,61 @@ def check(dec):
                         if not e <= tol[dtype]:
                             fails += 1
                             log(f"  FAIL {dtype} M={M} K={K} H={H} pad={pad} tanh={tanh}: rc={rc} err={e:.3g}")
+    # The linear's token limit (8 / its K split): the largest M it accepts.
+    t = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)
+    max_m = max(m for m in range(1, 9) if dec.linear(t[:m], t, torch.empty_like(t[:m])) == 0)
+    log(f"linear: up to {max_m} tokens")
+    for dtype in (torch.bfloat16, torch.float16):
+        for M in range(1, max_m + 1):
+            for K, N in ((8, 8), (24, 9), (72, 24), (520, 41), (2056, 1000), (4104, 136), (16392, 300)):
+                for pad in (0, 8):
+                    x = padded(M, K, pad, dtype)
+                    w = padded(N, K, pad, dtype, K ** -0.5)
+                    b = torch.randn(N, device="cuda").to(dtype) if pad else None
+                    r = padded(M, N, pad, dtype) if pad or M % 2 else None
+                    out = torch.full((M, N + pad), float("nan"), device="cuda", dtype=dtype)[:, :N]
+                    rc = dec.linear(x, w, out, b, r)
+                    ref = x.double() @ w.double().t()
+                    ref = ref + (b.double() if b is not None else 0) + (r.double() if r is not None else 0)
+                    n += 1
+                    e = rel_err(out, ref) if rc == 0 else float("inf")
+                    if not e <= tol[dtype]:
+                        fails += 1
+                        log(f"  FAIL linear {dtype} M={M} K={K} N={N} pad={pad}: rc={rc} err={e:.3g}")
+    n += 1
+    if max_m not in (2, 4):
+        fails += 1
+        log(f"  FAIL: linear accepts up to {max_m} tokens (2 or 4 expected)")
+    # The chained pair, eager and replayed from a graph with new inputs.
+    M, K, H = 2, 2048, 8192
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    wg, wu = (torch.randn(H, K, device="cuda").mul_(K ** -0.5).to(torch.bfloat16) for _ in range(2))
+    wd = torch.randn(K, H, device="cuda").mul_(H ** -0.5).to(torch.bfloat16)
+    h = torch.empty(M, H, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
+    mlp = lambda: (dec.gate_up(x, wg, wu, h), dec.linear(h, wd, y))  # noqa: E731
+
+    def mlp_ref():
+        hr = F.gelu(x.double() @ wg.double().t(), approximate="tanh") * (x.double() @ wu.double().t())
+        return hr @ wd.double().t()
+
+    for how in ("eager", "graph"):
+        if how == "eager":
+            y.fill_(float("nan"))
+            mlp()
+        else:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                mlp()
+            x.copy_(torch.randn_like(x))
+            y.fill_(float("nan"))
+            g.replay()
+        torch.cuda.synchronize()
+        n += 1
+        e = rel_err(y, mlp_ref())
+        if not e <= 1.2e-2:
+            fails += 1
+            log(f"  FAIL chained MLP ({how}): err={e:.3g}")
     # Refusals: M over the limit (8), K not a multiple of 8, a row stride that is not.
     x = torch.randn(9, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
@@ -112,7 +176,31 @@ def check(dec):
     return fails
 
 
-def bench(dec, gemm):
+def with_lib(other, f):
+    """Call f with the module's `dec` swapped for `other` (f's closure reads dec.*)."""
+    global _swap
+    _swap = other
+    try:
+        return f()
+    finally:
+        _swap = None
+
+
+_swap = None
+
+
+class _Dispatch:
+    """The decode library a candidate calls: `with_lib` points it at the B build."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __getattr__(self, name):
+        return getattr(_swap if _swap is not None else self.base, name)
+
+
+def bench(dec, gemm, dec_b=None):
+    dec = _Dispatch(dec)
     res = {}
     big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
     rd = graph_time(lambda: big.view(torch.int64).sum(), reps=5)
@@ -129,7 +217,7 @@ def bench(dec, gemm):
         wm = torch.randn(2 * H, d, device="cuda").mul_(d ** -0.5).to(bf)
         wg, wu = wm[:H], wm[H:]
         wd = torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(bf)
-        for M in (1, 2, 4, 8):
+        for M in tuple(int(m) for m in os.environ.get("DECODE_TOKENS", "1,2,4,8").split(",")):
             x = torch.randn(M, d, device="cuda").to(bf)
             r = torch.randn(M, d, device="cuda").to(bf)
             hh = torch.empty(M, H, device="cuda", dtype=bf)
@@ -149,14 +237,24 @@ def bench(dec, gemm):
                 cands["gate/up engine"] = lambda: gemm(x, wg, wu, None, None, hh, True, 3)
                 cands["MLP engine + addmm"] = lambda: (gemm(x, wg, wu, None, None, hh, True, 3),
                                                       torch.addmm(r, hh, wd.t()))
+            if M <= 2:
+                yy = torch.empty(M, d, device="cuda", dtype=bf)
+                cands["down cuBLAS addmm"] = lambda: torch.addmm(r, hh, wd.t())
+                cands["down decode linear"] = lambda: dec.linear(hh, wd, yy, residual=r)
+                cands["MLP decode kernel + decode linear"] = lambda: (
+                    dec.gate_up(x, wg, wu, hh), dec.linear(hh, wd, yy, residual=r))
+            if dec_b is not None:  # the same decode rows with the --lib-b build, interleaved
+                for k, f in list(cands.items()):
+                    if "decode" in k:
+                        cands[k + " [B]"] = lambda f=f: with_lib(dec_b, f)
             samples = graph_rounds(cands)
-            wb = {"gate/up": 2 * d * H * 2, "MLP": 3 * d * H * 2}
+            wb = {"gate/up": 2 * d * H * 2, "MLP": 3 * d * H * 2, "down": d * H * 2}
             log(f"{name} M={M}: read-bandwidth floor: gate/up {wb['gate/up'] / bw_read * 1e6:.1f} us, "
                 f"MLP {wb['MLP'] / bw_read * 1e6:.1f} us")
             for k, v in samples.items():
                 med = statistics.median(v)
                 b = wb[k.split(" ")[0]]
-                log(f"  {k:38s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {b / (med * 1e-6) / bw_read:.0%} of read, "
+                log(f"  {k:42s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {b / (med * 1e-6) / bw_read:.0%} of read, "
                     f"{med / (b / bw_read * 1e6):.3f}x floor")
                 res[f"{name} M={M} {k}"] = v
     return res
@@ -167,6 +265,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--lib", default=os.path.join(ROOT, ".sm90dev", "libdecode_sm90.so"))
+    ap.add_argument("--lib-b", help="a second build of the decode kernels, timed beside --lib")
     ap.add_argument("--gemm-lib", default=os.path.join(ROOT, ".sm90dev", "libgeglu_gemm_sm90.so"))
     a = ap.parse_args()
     dec = Decode(a.lib)
@@ -178,7 +277,7 @@ def main():
         from check_and_bench import Lib
 
         gemm = Lib(a.gemm_lib)
-    res = {} if a.no_bench else bench(dec, gemm)
+    res = {} if a.no_bench else bench(dec, gemm, Decode(a.lib_b) if a.lib_b else None)
     os.makedirs(a.out, exist_ok=True)
     save_log(os.path.join(a.out, "check_decode.log"))
     with open(os.path.join(a.out, "check_decode.json"), "w") as f:
