@@ -9,7 +9,8 @@
 //
 // _geglu_mlp (inference): the gate/up GEMM with the GeGLU fused in where the backend
 // has a kernel for the call (fused_gate_up), else torch's GEMM writing [gate | up] and
-// the geglu kernel; then the down GEMM on torch's, with b_down and the residual in it.
+// the geglu kernel; then the down GEMM with b_down and the residual in it, the backend's
+// where it has one (fused_down: on sm_90 at decode), else torch's.
 //
 // _geglu_mlp_train (training): the same forward, returning also what backward needs:
 // the pre-activations [gate | up] ([M, 2*hidden]) and h = gelu(gate) * up ([M, hidden]),
@@ -62,9 +63,11 @@ Tensor gate_up(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, con
   return pre;
 }
 
-// h @ w_down.T + b_down + residual: the residual as addmm's beta=1 input where there is
-// no b_down, else the bias in the GEMM and one add.
+// h @ w_down.T + b_down + residual: the backend's kernel where it has one for the call
+// (fused_down), else torch's GEMM with the residual as addmm's beta=1 input where there
+// is no b_down, or the bias in the GEMM and one add.
 Tensor down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
+  if (OptTensor y = fused_down(h, w_down, b_down, residual)) return *y;
   if (!b_down.has_value()) return device::linear(h, w_down, residual);
   Tensor y = device::linear(h, w_down, b_down);
   return residual.has_value() ? device::add(y, *residual) : y;

@@ -1,6 +1,6 @@
-// The fused inference gate/up GEMM of _geglu_mlp (torch_binding.h) on CPU: none. ATen's
-// GEMMs (oneDNN / MKL) with the geglu kernel between them serve every CPU call, and a
-// fused CPU GEMM would have to beat them first.
+// The fused inference GEMMs of _geglu_mlp (torch_binding.h) on CPU: none. ATen's GEMMs
+// (oneDNN / MKL) with the geglu kernel between them serve every CPU call, and a fused
+// CPU GEMM would have to beat them first.
 
 #include "torch_binding.h"
 
@@ -9,5 +9,7 @@ namespace geglu_stable {
 OptTensor fused_gate_up(const Tensor &, const Tensor &, const Tensor &, const OptTensor &, const OptTensor &, bool) {
   return std::nullopt;
 }
+
+OptTensor fused_down(const Tensor &, const Tensor &, const OptTensor &, const OptTensor &) { return std::nullopt; }
 
 }  // namespace geglu_stable

@@ -14,6 +14,12 @@
 //   2 tokens: 79.2 vs 80.1 and 79.9 vs 79.4, 56.0 vs 58.0 and 57.2 vs 59.0, 165.7 vs
 //   165.4 and 166.4 vs 170.3, 119.7 vs 119.4 and 119.6 vs 118.6, 358.6 vs 362.7 and
 //   360.0 vs 374.9;
+// - fused_down (_geglu_mlp's down projection): on sm_90 for bf16/fp16 at 1-2 tokens, the
+//   decode linear (decode_sm90.cu) where its grid fits in one wave, else none (torch's
+//   GEMM). Against cuBLAS's addmm (H200, CUDA graphs, benchmarks/results/h200/decode2/,
+//   us, 1 token): Gemma-2B 20.2 vs 23.5, Gemma-2-2B 12.3 vs 14.6, Gemma-7B 40.2 vs 42.3,
+//   Gemma-2-9B 28.9 vs 31.2; Gemma-2-27B's 576 blocks need a second wave (106.6 vs 86.8):
+//   cuBLAS;
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
@@ -125,6 +131,23 @@ OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_u
                         const OptTensor &b_up, bool tanh) {
   if (!sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
   return launch_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, tanh);
+}
+
+OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
+  const int64_t m = h.size(0), k = h.size(1), n = w_down.size(0);
+  if (!engine_dtype(h) || m < 1 || m > kDecodeTokens || k < 1 || k > kMaxInt32 || n < 1) return std::nullopt;
+  if (b_down.has_value() && !b_down->is_contiguous()) return std::nullopt;
+  if (residual.has_value() && residual->size(1) > 1 && residual->stride(1) != 1) return std::nullopt;
+  if (!aligned16(h) || !aligned16(w_down) || !is_sm90(h)) return std::nullopt;
+  if (n > geglu_decode_sm90_linear_max_n()) return std::nullopt;  // a second wave: cuBLAS (decode_sm90.h)
+  const int64_t shape[2] = {m, n};
+  Tensor out = device::empty(IntArrayRef(shape, 2), h);
+  check_status("_geglu_mlp", geglu_decode_sm90_linear(h.data_ptr(), m, k, h.stride(0), w_down.data_ptr(),
+                                                      w_down.stride(0), ptr_or_null(b_down), ptr_or_null(residual),
+                                                      residual.has_value() ? residual->stride(0) : 0,
+                                                      out.data_ptr(), n, out.stride(0), sm90_dtype(h),
+                                                      geglu_cuda::current_stream(h)));
+  return out;
 }
 
 OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, bool tanh) {

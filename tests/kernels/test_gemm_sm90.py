@@ -3,8 +3,9 @@
 b_up) against a float64 reference over a grid of token counts and sizes (tails of every
 tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
 weights; each of the four kernel variants the engine compiles, at the edges of the
-shape pick that chooses them; the decode kernel (decode_sm90.cu) that serves 1-2
-tokens instead; > 2^31-element operands; the refusals (clear errors, never a wrong
+shape pick that chooses them; the decode kernels (decode_sm90.cu) that serve 1-2
+tokens instead, the gate/up and, through `_geglu_mlp`, the down projection;
+> 2^31-element operands; the refusals (clear errors, never a wrong
 answer); and the route linear.py takes to it. Then the engine's bias +
 GELU GEMM (linear_gelu_sm90.cu) through linear_bias_gelu, and the table that routes
 that op to it.
@@ -258,10 +259,10 @@ def _cuda_kernel_names(fn):
 
 
 def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kernel):
-    """The per-layer op _geglu_mlp picks its gate/up kernel in C++: the decode kernel for
-    an aligned bf16 call of <= 2 tokens, the engine above (no activation pass after
-    either), cuBLAS + the geglu kernel for a misaligned x; the result matches the float64
-    reference each way."""
+    """The per-layer op _geglu_mlp picks its kernels in C++: the decode kernels (gate/up
+    and down) for an aligned bf16 call of <= 2 tokens, the engine above (no activation
+    pass after either) with torch's down GEMM, cuBLAS + the geglu kernel for a misaligned
+    x; the result matches the float64 reference each way."""
     dtype = torch.bfloat16
     x, w = rand((64, 256), dtype, 71), rand((512, 256), dtype, 72, scale=1 / 16)
     wd = rand((256, 256), dtype, 73, scale=1 / 16)
@@ -276,9 +277,58 @@ def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kern
         with torch.no_grad():
             names = _cuda_kernel_names(lambda: kernel.geglu_mlp(xx, w, None, wd))
             y = kernel.geglu_mlp(xx, w, None, wd)
-        ran = {"engine": any("geglu_sm90" in n for n in names), "decode": any("decode_gate_up" in n for n in names)}
-        assert ran == {"engine": route == "engine", "decode": route == "decode"}, (what, names)
+        ran = {
+            "engine": any("geglu_sm90" in n for n in names),
+            "decode": any("decode_gate_up" in n for n in names),
+            "decode down": any("decode_linear" in n for n in names),
+        }
+        assert ran == {"engine": route == "engine", "decode": route == "decode", "decode down": route == "decode"}, (
+            what,
+            names,
+        )
         torch.testing.assert_close(y.double(), expected[: xx.shape[0]].to(y.device), atol=0.05, rtol=0.05)
+
+
+def mlp_reference(x, wg, wu, wd, bd, residual, approximate):
+    y = reference(x, wg, wu, None, None, approximate) @ wd.double().t()
+    return y + (0 if bd is None else bd.double()) + (0 if residual is None else residual.double())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", range(1, DECODE_TOKENS + 1))
+def test_mlp_decode_down_projection_odd_sizes(sm90, kernel, m, dtype):
+    """_geglu_mlp's down projection at 1-2 tokens (the decode linear, decode_sm90.cu):
+    hidden sizes (its K) whose two segments end mid-chunk or hold one 16-byte word,
+    output widths that end mid-block, b_down and a residual with a padded row stride, each
+    alone and together, a 3-d x."""
+    cases = [(8, 8, 1), (24, 16, 13), (72, 520, 41), (64, 4104, 1003), (256, 1032, 300), (128, 16392, 24)]
+    for i, (k, hidden, n) in enumerate(cases):
+        x = rand((1, m, k), dtype, 101 + i)
+        w = rand((2 * hidden, k), dtype, 102 + i, scale=k**-0.5)
+        wd = rand((n, hidden), dtype, 103 + i, scale=hidden**-0.5)
+        bd = rand((n,), dtype, 104) if i % 2 == 0 else None
+        residual = rand((m, n + 8), dtype, 105)[:, :n].unsqueeze(0) if i % 3 != 1 else None
+        poison_allocator(m, n, dtype)
+        with torch.no_grad():
+            y = kernel.geglu_mlp(x, w, None, wd, (None, None, bd), residual)
+        expected = mlp_reference(x[0], w[:hidden], w[hidden:], wd, bd, None if residual is None else residual[0], "tanh")
+        assert y.shape == (1, m, n)
+        assert_close(y[0], expected, dtype, hidden)
+
+
+def test_mlp_decode_down_projection_wider_than_one_wave_runs_cublas(sm90, kernel):
+    """An output width whose decode-linear grid would need a second wave of blocks
+    (geglu_decode_sm90_linear_max_n: at most 6 blocks of 8 rows per SM) stays on torch's
+    GEMM, with the same result."""
+    dtype = torch.bfloat16
+    n = 8 * 6 * torch.cuda.get_device_properties(0).multi_processor_count + 8
+    x, w = rand((2, 256), dtype, 111), rand((1024, 256), dtype, 112, scale=1 / 16)
+    wd = rand((n, 512), dtype, 113, scale=512**-0.5)
+    with torch.no_grad():
+        names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, w, None, wd))
+        y = kernel.geglu_mlp(x, w, None, wd)
+    assert any("decode_gate_up" in s for s in names) and not any("decode_linear" in s for s in names), names
+    assert_close(y, mlp_reference(x, w[:512], w[512:], wd, None, None, "tanh"), dtype, 512)
 
 
 # ------------------------------------------------------------------ bias + GELU GEMM
