@@ -106,29 +106,20 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// Which weight row segments are the 16 rows of the mma's A operand, and which token
-// segments its 8 B columns. Each weight row is cut along K into kSplit segments of
-// seg_len elements (the last one shorter); kGroups weight matrices are read side by side
-// (gate/up: w_gate and w_up; the linear: one). A row s * (16 / kSplit) + g * U + u is
-// segment s of unit u's row in matrix g (U = 16 / (kSplit * kGroups) units per step),
-// and B column s * M + t is token t's segment s (M <= 8 / kSplit). Only the products
-// of matching segments are read (summed over s); the others are wasted columns of an
-// instruction whose 8 columns a decode step never fills.
-// - gate/up at 1-4 tokens: kSplit = 2, 4 hidden units (4 gate and 4 up rows) per step;
-//   at 5-8 tokens kSplit = 1, 8 units.
-// - linear (the down projection): kSplit = 2, 8 output rows per step.
-// Cutting K shortens each unit's stream, so the units divide evenly among the blocks.
-template <int kSplit, int kGroups>
-struct Layout {
-  static constexpr int kSegRows = 16 / kSplit;        // A rows per segment
-  static constexpr int kUnits = kSegRows / kGroups;   // output units per step
-  static constexpr int kMaxM = 8 / kSplit;            // tokens that fit B's 8 columns
-  __device__ static int seg(int i) { return i / kSegRows; }
-  __device__ static int group(int i) { return i % kSegRows / kUnits; }
-  __device__ static int unit(int i) { return i % kUnits; }
-  __device__ static int a_row(int s, int group, int unit) { return s * kSegRows + group * kUnits + unit; }
-};
+constexpr int kLinearSplit = 2;  // the linear's segments per row (Layout)
 
+// Which weight row segments are the 16 rows of the mma's A operand, and which token
+// segments its 8 B columns:
+// - gate/up (kSplit = 1): A rows 0-7 = 8 gate rows, 8-15 = the matching 8 up rows, all
+//   over the whole K, against tokens 0..M-1 in B columns 0..M-1. Each lane ends with
+//   matching gate and up sums.
+// - linear (kSplit = 2, the down projection): each of the block's 16 / kSplit rows
+//   is cut along K into kSplit segments of seg_len elements (the last one shorter); A
+//   row s * R + r is segment s of row r (R = 16 / kSplit), and B column s * M + t is
+//   token t's segment s (M <= 8 / kSplit). Only the products of matching segments are
+//   read (C[s * R + r][s * M + t], summed over s), so a block owns R output rows, the
+//   grid has kSplit times the blocks of a 16-row tile, and no reduction crosses blocks
+//   (Gemma-7B: 384 blocks of 8 rows, all resident at once on 132 SMs).
 struct Params {
   const void* x;
   const void* w[2];     // gate/up: w_gate, w_up; linear: w, unused
@@ -136,149 +127,128 @@ struct Params {
   const void* residual; // linear: [M, rows] (row stride ldr) added in the epilogue, or null
   void* out;
   int64_t ldx, ldw, ldo, ldr;
-  int K, seg_len;       // seg_len: a multiple of 8, so every segment starts 16-byte aligned
+  int K, seg_len;       // seg_len: linear's segment length (a multiple of 8)
   int M, rows;          // tokens; output columns (H or N)
 };
 
-__device__ __forceinline__ int seg_len(const Params& p, int s) { return max(0, min(p.seg_len, p.K - s * p.seg_len)); }
-
-// A position in a block's stream of (unit, chunk) steps. Each unit starts at its own
-// chunk and wraps around: blocks that run at once then read addresses spread over the
-// rows rather than the same column of every row, which the DRAM serves at a fraction of
-// its rate (Gemma-7B down projection: 55.3 us unstaggered, 46.4 staggered; Gemma-2-2B
-// gate/up 28.7 and 25.9). Units, steps and chunks fit in 32 bits: rows < 2^31, and a
-// block's steps are at most its rows times K / 512.
-struct Cursor {
-  int unit, c, first;  // first: unit % chunks
-  __device__ Cursor(int u, int chunks) : unit(u), c(0), first(u % chunks) {}
-  __device__ int k(int chunks) const { return (c + first < chunks ? c + first : c + first - chunks) * kChunk; }
-  __device__ void next(int chunks) {
-    if (++c == chunks) {
-      c = 0;
-      ++unit;
-      first = first + 1 == chunks ? 0 : first + 1;
-    }
+template <int kSplit>
+struct Layout {
+  static constexpr int kRows = kSplit == 1 ? 8 : 16 / kSplit;  // output rows per block
+  // Segment s's offset and length along K.
+  __device__ static int seg_offset(const Params& p, int s) { return kSplit == 1 ? 0 : s * p.seg_len; }
+  __device__ static int seg_len(const Params& p, int s) {
+    return kSplit == 1 ? p.K : max(0, min(p.seg_len, p.K - s * p.seg_len));
   }
+  // A row i: the block's output row and the segment it holds.
+  __device__ static int a_row(int i) { return kSplit == 1 ? i % 8 : i % kRows; }
+  __device__ static int a_seg(int i) { return kSplit == 1 ? 0 : i / kRows; }
 };
 
-// The weight stream and the math both kernels share: this block's units (an even share
-// of all of them) stream through the ring into the mma, one (unit, chunk) step at a
-// time; after each unit's last chunk the 8 warps' sums land in warp_sums and
-// epilogue(unit) runs (all threads call it, after a __syncthreads()).
-template <class T, int kSplit, int kGroups, class Epilogue>
-__device__ __forceinline__ void stream_units(const Params& p, unsigned char* ring, uint64_t* full,
-                                             float (*warp_sums)[4][32], Epilogue epilogue) {
-  using L = Layout<kSplit, kGroups>;
+// The weight stream and the math shared by both kernels: the block's 16 row segments
+// through the ring into the mma; each lane leaves with its float32 accumulators summed
+// over the whole K (acc[0..1]: C[g][2q..2q+1], acc[2..3]: C[8 + g][2q..2q+1]) in
+// warp_sums[warp][0..3][lane], a __syncthreads() after.
+template <class T, int kSplit, int kStages>
+__device__ __forceinline__ void stream_rows(const Params& p, int64_t row0, unsigned char* ring, uint64_t* full,
+                                            float (*warp_sums)[4][32]) {
+  using L = Layout<kSplit>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
-  const int units = (p.rows + L::kUnits - 1) / L::kUnits;
-  const int u_begin = int(int64_t(units) * blockIdx.x / gridDim.x);
-  const int u_end = int(int64_t(units) * (blockIdx.x + 1) / gridDim.x);
-  const int chunks = (p.seg_len + kChunk - 1) / kChunk;
-  const int steps = (u_end - u_begin) * chunks;
+  const int chunks = (L::seg_len(p, 0) + kChunk - 1) / kChunk;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) mbar_init(&full[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  // Warp 0 fills the stages, lane i < 16 copying A row i's segment of each unit: sixteen
-  // lanes each issue one copy, where one thread issuing all 16 per stage put its address
-  // arithmetic between the stage's release and its refill every time (Gemma-7B down
-  // projection 51.4 us against 40.2).
-  const int my_len = lane < 16 ? seg_len(p, L::seg(lane)) : 0;
-  const T* my_w = static_cast<const T*>(L::group(lane % 16) == 1 ? p.w[1] : p.w[0]) +
-                  int64_t(L::seg(lane % 16)) * p.seg_len + int64_t(L::unit(lane % 16)) * p.ldw;
-  const int64_t unit_stride = int64_t(L::kUnits) * p.ldw;
-  const int rows_left = p.rows - L::unit(lane % 16);  // this lane's row of unit u exists if u * U < rows_left
-  Cursor fill(u_begin, chunks);
-  int filled = 0;
-  // Each copying lane adds its bytes to the stage's expected count before its copy;
-  // lane 0 arrives once all have.
-  auto issue = [&]() {
-    const int k0 = fill.k(chunks);
-    uint64_t* bar = &full[filled % kStages];
-    const int elems = min(kChunk, my_len - k0);
-    if (elems > 0 && fill.unit * L::kUnits < rows_left) {
+  // Blocks start at different chunks of their rows (and wrap around): blocks that run
+  // at once then read addresses spread over the rows rather than the same column of
+  // every row, which the DRAM serves at a fraction of its rate (Gemma-7B down
+  // projection: 55.3 us unstaggered, 46.4 staggered; Gemma-2-2B gate/up 28.7 and 25.9).
+  const int first = int(blockIdx.x % unsigned(chunks));
+  auto chunk_k = [&](int c) { return (c + first < chunks ? c + first : c + first - chunks) * kChunk; };
+  // Warp 0 fills the stages, lane i < 16 copying A row i: its source row segment (null
+  // past `rows`; the math zeroes what rows and segments not copied would hold). Sixteen
+  // lanes each issue one copy, where one thread issuing all 16 per stage put its
+  // address arithmetic between the stage's release and its refill every time.
+  const T* src = nullptr;
+  int src_len = 0;
+  if (warp == 0 && lane < 16) {
+    const int r = L::a_row(lane), s = L::a_seg(lane);
+    if (row0 + r < p.rows) {
+      src = static_cast<const T*>(kSplit == 1 && lane >= 8 ? p.w[1] : p.w[0]) + (row0 + r) * p.ldw +
+            L::seg_offset(p, s);
+      src_len = L::seg_len(p, s);
+    }
+  }
+  // Warp 0: chunk c of the 16 row segments into its stage. Each lane adds its bytes to
+  // the stage's expected count before its copy; lane 0 arrives once all have.
+  auto issue = [&](int c) {
+    const int k0 = chunk_k(c);
+    uint64_t* bar = &full[c % kStages];
+    const int elems = min(kChunk, src_len - k0);
+    if (src != nullptr && elems > 0) {
       const uint32_t bytes = uint32_t(elems) * sizeof(T);
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the warps' reads before the async writes
       mbar_expect_tx(bar, bytes);
-      bulk_copy(ring + (filled % kStages) * kStageBytes + lane * kRowPitch, my_w + fill.unit * unit_stride + k0,
-                bytes, bar);
+      bulk_copy(ring + (c % kStages) * kStageBytes + lane * kRowPitch, src + k0, bytes, bar);
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
-    fill.next(chunks);
-    ++filled;
   };
   if (warp == 0) {
-    while (filled < kStages && filled < steps) issue();
+    for (int c = 0; c < kStages && c < chunks; ++c) issue(c);
   }
-  // This lane's A rows g and 8 + g hold K up to len_a0 / len_a1 of their segments; its B
-  // column g is token g % M's segment g / M.
-  const int len_a0 = seg_len(p, 0), len_a1 = seg_len(p, L::seg(8));  // rows 0-7 are all in segment 0
-  const int b_seg = g / p.M;
-  const bool has_token = b_seg < kSplit;
-  const int x_len = has_token ? seg_len(p, b_seg) : 0;
-  const T* x = static_cast<const T*>(p.x) + (has_token ? g % p.M : 0) * p.ldx + int64_t(has_token ? b_seg : 0) * p.seg_len;
+  // This lane's A rows g and 8 + g hold K up to len_a0 / len_a1 of their segments.
+  const int len_a0 = L::seg_len(p, L::a_seg(g)), len_a1 = L::seg_len(p, L::a_seg(8 + g));
+  // B column g: token g % M's segment g / M (gate/up: token g).
+  const int b_seg = kSplit == 1 ? 0 : g / p.M, token = kSplit == 1 ? g : g % p.M;
+  const bool has_token = kSplit == 1 ? g < p.M : b_seg < kSplit;
+  const int x_len = L::seg_len(p, b_seg);
+  const T* x = static_cast<const T*>(p.x) + (has_token ? token : 0) * p.ldx + L::seg_offset(p, b_seg);
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const int e0 = warp * 64;  // this warp's 64 elements of each chunk
-  auto load_tokens = [&](int k0, uint4(&b)[2]) {
+  // The tokens' words for chunk c, loaded one chunk ahead of their use: an L1 miss then
+  // overlaps the wait for the weights instead of following it (the down projection's
+  // token rows, 48 KB at Gemma-7B, miss L1: 46.4 us loading after the wait, 40.3 ahead).
+  auto load_tokens = [&](int c, uint4 (&b)[2]) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
-      const int k = k0 + e0 + 8 * q + 32 * s;
-      b[s] = k < x_len ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
+      const int k = chunk_k(c) + e0 + 8 * q + 32 * s;
+      b[s] = has_token && k < x_len ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
     }
   };
-  // The linear's tokens are loaded one step ahead of their use: its token rows (48 KB
-  // at Gemma-7B) miss L1, and the miss then overlaps the wait for the weights instead of
-  // following it (46.4 us loading after the wait, 40.3 ahead). The gate/up's few KB stay
-  // in L1, where the 8 registers the prefetch holds cost more than they save.
-  constexpr bool kPrefetchTokens = kGroups == 1;
-  Cursor use(u_begin, chunks);
+  // The gate/up's tokens stay in L1 (a few KB, read by every block): there the 8
+  // registers the prefetch holds cost more occupancy than the prefetch saves.
+  constexpr bool kPrefetchTokens = kSplit != 1;
   uint4 b_next[2];
-  if (kPrefetchTokens && steps > 0) load_tokens(use.k(chunks), b_next);
+  if (kPrefetchTokens) load_tokens(0, b_next);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int step = 0; step < steps; ++step) {
-    const int k0 = use.k(chunks);
-    const bool unit_done = use.c == chunks - 1;
-    const int unit = use.unit;
-    use.next(chunks);
-    uint4 b[2];
-    if (kPrefetchTokens) {
-      b[0] = b_next[0], b[1] = b_next[1];
-      if (step + 1 < steps) load_tokens(use.k(chunks), b_next);
-    }
-    mbar_wait(&full[step % kStages], (step / kStages) & 1);
-    if (!kPrefetchTokens) load_tokens(k0, b);
-    const unsigned char* stage = ring + (step % kStages) * kStageBytes;
+  for (int c = 0; c < chunks; ++c) {
+    uint4 b[2] = {b_next[0], b_next[1]};
+    if (kPrefetchTokens && c + 1 < chunks) load_tokens(c + 1, b_next);
+    mbar_wait(&full[c % kStages], (c / kStages) & 1);
+    if (!kPrefetchTokens) load_tokens(c, b);
+    const unsigned char* stage = ring + (c % kStages) * kStageBytes;
     uint4 a[2][2];  // [A rows g, 8 + g][word]
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
-      const int e = e0 + 8 * q + 32 * s, k = k0 + e;
+      const int e = e0 + 8 * q + 32 * s, k = chunk_k(c) + e;
       // Lengths are multiples of 8: a 16-byte word is all in or all out.
       a[0][s] = k < len_a0 ? *reinterpret_cast<const uint4*>(stage + g * kRowPitch + e * 2) : zero;
       a[1][s] = k < len_a1 ? *reinterpret_cast<const uint4*>(stage + (g + 8) * kRowPitch + e * 2) : zero;
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int s = i / 2, w = (i % 2) * 2;
+    for (int step = 0; step < 4; ++step) {
+      const int s = step / 2, w = (step % 2) * 2;
       mma_m16n8k16<T>(acc, word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1),
                       word(b[s], w), word(b[s], w + 1));
     }
-    if (unit_done) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        warp_sums[warp][r][lane] = acc[r];
-        acc[r] = 0.0f;
-      }
-    }
-    __syncthreads();  // every warp is done with the stage (and, at a unit's end, has its sums in)
-    if (warp == 0 && filled < steps) issue();
-    if (unit_done) {
-      epilogue(unit);
-      __syncthreads();  // the sums are read before the next unit's overwrite them
-    }
+    __syncthreads();  // every warp is done with the stage
+    if (warp == 0 && c + kStages < chunks) issue(c + kStages);
   }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) warp_sums[warp][r][lane] = acc[r];
+  __syncthreads();
 }
 
 // warp_sums' sum over the warps of C[row][col] (row < 16, col < 8).
@@ -290,63 +260,50 @@ __device__ __forceinline__ float block_sum(const float (*warp_sums)[4][32], int 
   return sum;
 }
 
-// Unit u's output for (unit row r, token t) of matrix `group`: the segments' sums.
-template <int kSplit, int kGroups>
-__device__ __forceinline__ float unit_sum(const float (*warp_sums)[4][32], int group, int r, int t, int M) {
-  using L = Layout<kSplit, kGroups>;
-  float sum = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kSplit; ++s) sum += block_sum(warp_sums, L::a_row(s, group, r), s * M + t);
-  return sum;
-}
-
-#ifndef GATE_UP_MIN_BLOCKS
-#define GATE_UP_MIN_BLOCKS 6
-#endif
-// Six blocks per SM, the most the ring's shared memory allows.
-template <class T, bool kTanh, int kSplit>
-__global__ void __launch_bounds__(kThreads, GATE_UP_MIN_BLOCKS) decode_gate_up(const Params p) {
+// Six blocks per SM, the most the ring's shared memory allows (40 registers).
+template <class T, bool kTanh>
+__global__ void __launch_bounds__(kThreads, 6) decode_gate_up(const Params p) {
   using geglu_cuda::to_float;
-  using L = Layout<kSplit, 2>;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ float warp_sums[kWarps][4][32];
-  stream_units<T, kSplit, 2>(p, ring, full, warp_sums, [&](int unit) {
-    // Threads 0..U*kMaxM-1 finish one (hidden unit, token) output each.
-    if (threadIdx.x >= L::kUnits * L::kMaxM) return;
-    const int token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
-    const int col = unit * L::kUnits + r;
-    if (token >= p.M || col >= p.rows) return;
-    float gate = unit_sum<kSplit, 2>(warp_sums, 0, r, token, p.M);
-    float up = unit_sum<kSplit, 2>(warp_sums, 1, r, token, p.M);
-    if (p.bias[0]) gate += to_float(static_cast<const T*>(p.bias[0])[col]);
-    if (p.bias[1]) up += to_float(static_cast<const T*>(p.bias[1])[col]);
-    static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(geglu_cuda::gelu<kTanh>(gate) * up);
-  });
+  const int64_t unit0 = int64_t(blockIdx.x) * Layout<1>::kRows;
+  stream_rows<T, 1, kStages>(p, unit0, ring, full, warp_sums);
+  // Threads 0-63 finish one (unit, token) output each.
+  if (threadIdx.x >= 8 * GEGLU_DECODE_MAX_M) return;
+  const int token = threadIdx.x % GEGLU_DECODE_MAX_M, r = threadIdx.x / GEGLU_DECODE_MAX_M;
+  const int64_t col = unit0 + r;
+  if (token >= p.M || col >= p.rows) return;
+  float gate = block_sum(warp_sums, r, token), up = block_sum(warp_sums, 8 + r, token);
+  if (p.bias[0]) gate += to_float(static_cast<const T*>(p.bias[0])[col]);
+  if (p.bias[1]) up += to_float(static_cast<const T*>(p.bias[1])[col]);
+  static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(geglu_cuda::gelu<kTanh>(gate) * up);
 }
 
-constexpr int kLinearSplit = 2;
-
 // Four blocks per SM (62 registers): capped at five, the spilled registers cost more
-// than the extra block gained (Gemma-7B 42.2 us against 40.2).
+// than the extra block gained (Gemma-7B 42.2 us against 40.2), so where the grid needs
+// more than one wave of blocks the op keeps cuBLAS (geglu_decode_sm90_linear_max_n).
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) decode_linear(const Params p) {
   using geglu_cuda::to_float;
-  using L = Layout<kLinearSplit, 1>;
+  using L = Layout<kLinearSplit>;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ float warp_sums[kWarps][4][32];
-  stream_units<T, kLinearSplit, 1>(p, ring, full, warp_sums, [&](int unit) {
-    // Threads 0..U*kMaxM-1 finish one (row, token) output each.
-    if (threadIdx.x >= L::kUnits * L::kMaxM) return;
-    const int token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
-    const int col = unit * L::kUnits + r;
-    if (token >= p.M || col >= p.rows) return;
-    float y = unit_sum<kLinearSplit, 1>(warp_sums, 0, r, token, p.M);
-    if (p.bias[0]) y += to_float(static_cast<const T*>(p.bias[0])[col]);
-    if (p.residual) y += to_float(static_cast<const T*>(p.residual)[token * p.ldr + col]);
-    static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(y);
-  });
+  const int64_t row0 = int64_t(blockIdx.x) * L::kRows;
+  stream_rows<T, kLinearSplit, kStages>(p, row0, ring, full, warp_sums);
+  // Threads 0..R*M-1 finish one (row, token) output each.
+  constexpr int kMaxM = 8 / kLinearSplit;
+  if (threadIdx.x >= L::kRows * kMaxM) return;
+  const int token = threadIdx.x % kMaxM, r = threadIdx.x / kMaxM;
+  const int64_t col = row0 + r;
+  if (token >= p.M || col >= p.rows) return;
+  float y = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kLinearSplit; ++s) y += block_sum(warp_sums, s * L::kRows + r, s * p.M + token);
+  if (p.bias[0]) y += to_float(static_cast<const T*>(p.bias[0])[col]);
+  if (p.residual) y += to_float(static_cast<const T*>(p.residual)[token * p.ldr + col]);
+  static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(y);
 }
 
 using Kernel = void (*)(Params);
@@ -368,40 +325,13 @@ int check_problem(int64_t M, int64_t max_m, int64_t K, int64_t ldx, int64_t ldw,
   return GEGLU_SM90_OK;
 }
 
-// The blocks of `kernel` resident at once on the device (occupancy x SMs), asked once
-// per kernel and device: the grid, each block taking an even share of the units.
-constexpr int kKernels = 10;
-int resident_blocks(Kernel kernel, int index, int device, int sm_count) {
-  static std::atomic<int> known[kKernels][sm90_launcher::kMaxDevices];  // 0: not asked yet
-  int blocks = known[index][device].load(std::memory_order_relaxed);
-  if (blocks == 0) {
-    int per_sm = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kRingBytes);
-    if (e != cudaSuccess) {
-      sm90_launcher::record_cuda_error(e);
-      return 0;
-    }
-    blocks = per_sm * sm_count;
-    known[index][device].store(blocks, std::memory_order_relaxed);
-  }
-  return blocks;
-}
-
-// K cut into `split` segments of whole 16-byte words (K is a multiple of 8).
-int segment_length(int64_t K, int split) { return int(((K + split - 1) / split + 7) / 8 * 8); }
-
-int launch(Kernel kernel, int index, int units_per_step, const Params& p, void* stream) {
+int launch(Kernel kernel, int rows_per_block, Params p, void* stream) {
   int device = 0;
-  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  if (sm90_launcher::current_sm90_device(&device) == nullptr) return GEGLU_SM90_ERR_DEVICE;
   if (p.M == 0) return GEGLU_SM90_OK;
-  const int resident = resident_blocks(kernel, index, device, info->sm_count);
-  if (resident == 0) return GEGLU_SM90_ERR_CUDA;
-  const int64_t units = (int64_t(p.rows) + units_per_step - 1) / units_per_step;
-  Params args = p;
-  void* argv[] = {&args};
-  const unsigned blocks = unsigned(units < resident ? units : resident);
-  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(blocks), dim3(kThreads), argv,
+  void* args[] = {&p};
+  const unsigned blocks = unsigned((p.rows + rows_per_block - 1) / rows_per_block);  // < 2^29
+  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(blocks), dim3(kThreads), args,
                                          kRingBytes, static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess) {
     sm90_launcher::record_cuda_error(e);
@@ -420,13 +350,10 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
   const int status = check_problem(M, GEGLU_DECODE_MAX_M, K, ldx, ldw, H, ldo, dtype, x, w_gate, w_up, out);
   if (status != GEGLU_SM90_OK) return status;
   if (!aligned(b_gate, 2) || !aligned(b_up, 2)) return GEGLU_SM90_ERR_ALIGN;
-  // K cut in two up to 4 tokens (2 x 4 of B's 8 columns), whole above.
-  const bool split = M <= Layout<2, 2>::kMaxM;
-  const int index = (dtype == GEGLU_SM90_BF16 ? 0 : 4) + (approximate != 0 ? 2 : 0) + (split ? 1 : 0);
-  const Kernel kernels[8] = {decode_gate_up<__nv_bfloat16, false, 1>, decode_gate_up<__nv_bfloat16, false, 2>,
-                             decode_gate_up<__nv_bfloat16, true, 1>,  decode_gate_up<__nv_bfloat16, true, 2>,
-                             decode_gate_up<__half, false, 1>,        decode_gate_up<__half, false, 2>,
-                             decode_gate_up<__half, true, 1>,         decode_gate_up<__half, true, 2>};
+  const bool tanh = approximate != 0;
+  const int index = (dtype == GEGLU_SM90_BF16 ? 0 : 2) + (tanh ? 1 : 0);
+  const Kernel kernels[4] = {decode_gate_up<__nv_bfloat16, false>, decode_gate_up<__nv_bfloat16, true>,
+                             decode_gate_up<__half, false>, decode_gate_up<__half, true>};
   Params p = {};
   p.x = x;
   p.w[0] = w_gate;
@@ -435,9 +362,9 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
   p.bias[1] = b_up;
   p.out = out;
   p.ldx = ldx, p.ldw = ldw, p.ldo = ldo;
-  p.K = int(K), p.seg_len = segment_length(K, split ? 2 : 1);
+  p.K = int(K);
   p.M = int(M), p.rows = int(H);
-  return launch(kernels[index], index, split ? Layout<2, 2>::kUnits : Layout<1, 2>::kUnits, p, stream);
+  return launch(kernels[index], Layout<1>::kRows, p, stream);
 }
 
 extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w,
@@ -448,8 +375,10 @@ extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int
   if (status != GEGLU_SM90_OK) return status;
   if (residual != nullptr && ldr < N) return GEGLU_SM90_ERR_SHAPE;
   if (!aligned(bias, 2) || !aligned(residual, 2)) return GEGLU_SM90_ERR_ALIGN;
-  static_assert(GEGLU_DECODE_LINEAR_MAX_M == Layout<kLinearSplit, 1>::kMaxM, "each token's segments take B columns");
-  const bool bf16 = dtype == GEGLU_SM90_BF16;
+  static_assert(GEGLU_DECODE_LINEAR_MAX_M * kLinearSplit <= 8, "each token's segments take B columns");
+  // Segments of whole 16-byte words, so each starts 16-byte aligned (K is a multiple of 8).
+  const int64_t seg_len = ((K + kLinearSplit - 1) / kLinearSplit + 7) / 8 * 8;
+  const Kernel kernel = dtype == GEGLU_SM90_BF16 ? decode_linear<__nv_bfloat16> : decode_linear<__half>;
   Params p = {};
   p.x = x;
   p.w[0] = w;
@@ -457,8 +386,29 @@ extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int
   p.residual = residual;
   p.out = out;
   p.ldx = ldx, p.ldw = ldw, p.ldo = ldo, p.ldr = ldr;
-  p.K = int(K), p.seg_len = segment_length(K, kLinearSplit);
+  p.K = int(K), p.seg_len = int(seg_len);
   p.M = int(M), p.rows = int(N);
-  return launch(bf16 ? decode_linear<__nv_bfloat16> : decode_linear<__half>, bf16 ? 8 : 9,
-                Layout<kLinearSplit, 1>::kUnits, p, stream);
+  return launch(kernel, Layout<kLinearSplit>::kRows, p, stream);
+}
+
+extern "C" int64_t geglu_decode_sm90_linear_max_n(void) {
+  using namespace geglu_decode;
+  static std::atomic<int64_t> known[sm90_launcher::kMaxDevices];  // 0: not asked yet
+  int device = 0;
+  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return 0;
+  int64_t max_n = known[device].load(std::memory_order_relaxed);
+  if (max_n == 0) {
+    // One query for both dtypes: their kernels differ only in the mma's PTX type.
+    int per_sm = 0;
+    const cudaError_t e =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_linear<__nv_bfloat16>, kThreads, kRingBytes);
+    if (e != cudaSuccess) {
+      sm90_launcher::record_cuda_error(e);
+      return 0;
+    }
+    max_n = int64_t(per_sm) * info->sm_count * Layout<kLinearSplit>::kRows;
+    known[device].store(max_n, std::memory_order_relaxed);
+  }
+  return max_n;
 }
