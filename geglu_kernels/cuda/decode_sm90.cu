@@ -87,7 +87,8 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
@@ -106,20 +107,29 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-constexpr int kLinearSplit = 2;  // the linear's segments per row (Layout)
-
 // Which weight row segments are the 16 rows of the mma's A operand, and which token
-// segments its 8 B columns:
-// - gate/up (kSplit = 1): A rows 0-7 = 8 gate rows, 8-15 = the matching 8 up rows, all
-//   over the whole K, against tokens 0..M-1 in B columns 0..M-1. Each lane ends with
-//   matching gate and up sums.
-// - linear (kSplit = 2, the down projection): each of the block's 16 / kSplit rows
-//   is cut along K into kSplit segments of seg_len elements (the last one shorter); A
-//   row s * R + r is segment s of row r (R = 16 / kSplit), and B column s * M + t is
-//   token t's segment s (M <= 8 / kSplit). Only the products of matching segments are
-//   read (C[s * R + r][s * M + t], summed over s), so a block owns R output rows, the
-//   grid has kSplit times the blocks of a 16-row tile, and no reduction crosses blocks
-//   (Gemma-7B: 384 blocks of 8 rows, all resident at once on 132 SMs).
+// segments its 8 B columns. Each weight row is cut along K into kSplit segments of
+// seg_len elements (the last one shorter), and kGroups weight matrices are read side by
+// side (gate/up: w_gate and w_up; the linear: one). A row s * (16 / kSplit) + g * U + u
+// is segment s of unit u's row in matrix g (U = 16 / (kSplit * kGroups) output units per
+// block), and B column s * M + t is token t's segment s (M <= 8 / kSplit). Only products
+// of matching segments are read (summed over s): the others fill columns of the
+// instruction that a decode step leaves empty anyway.
+// - gate/up, kSplit = 1: 8 hidden units, gate rows 0-7 and up rows 8-15.
+// - linear (the down projection), kSplit = 2: 8 output rows, so the grid has twice the
+//   blocks of a 16-row tile, and no reduction crosses blocks (Gemma-7B: 384 blocks, all
+//   resident at once on 132 SMs).
+template <int kSplit, int kGroups>
+struct Layout {
+  static constexpr int kSegRows = 16 / kSplit;       // A rows per segment
+  static constexpr int kUnits = kSegRows / kGroups;  // output units per block
+  static constexpr int kMaxM = 8 / kSplit;           // tokens that fit B's 8 columns
+  __device__ static int seg(int i) { return i / kSegRows; }
+  __device__ static int group(int i) { return i % kSegRows / kUnits; }
+  __device__ static int unit(int i) { return i % kUnits; }
+  __device__ static int a_row(int s, int group, int unit) { return s * kSegRows + group * kUnits + unit; }
+};
+
 struct Params {
   const void* x;
   const void* w[2];     // gate/up: w_gate, w_up; linear: w, unused
@@ -127,34 +137,25 @@ struct Params {
   const void* residual; // linear: [M, rows] (row stride ldr) added in the epilogue, or null
   void* out;
   int64_t ldx, ldw, ldo, ldr;
-  int K, seg_len;       // seg_len: linear's segment length (a multiple of 8)
+  int K, seg_len;       // seg_len: each row segment's length (gate/up: K)
   int M, rows;          // tokens; output columns (H or N)
 };
 
-template <int kSplit>
-struct Layout {
-  static constexpr int kRows = kSplit == 1 ? 8 : 16 / kSplit;  // output rows per block
-  // Segment s's offset and length along K.
-  __device__ static int seg_offset(const Params& p, int s) { return kSplit == 1 ? 0 : s * p.seg_len; }
-  __device__ static int seg_len(const Params& p, int s) {
-    return kSplit == 1 ? p.K : max(0, min(p.seg_len, p.K - s * p.seg_len));
-  }
-  // A row i: the block's output row and the segment it holds.
-  __device__ static int a_row(int i) { return kSplit == 1 ? i % 8 : i % kRows; }
-  __device__ static int a_seg(int i) { return kSplit == 1 ? 0 : i / kRows; }
-};
+// Segment s's length along K (seg_len: a multiple of 8, so every segment starts 16-byte
+// aligned).
+__device__ __forceinline__ int seg_len(const Params& p, int s) { return max(0, min(p.seg_len, p.K - s * p.seg_len)); }
 
 // The weight stream and the math shared by both kernels: the block's 16 row segments
 // through the ring into the mma; each lane leaves with its float32 accumulators summed
 // over the whole K (acc[0..1]: C[g][2q..2q+1], acc[2..3]: C[8 + g][2q..2q+1]) in
 // warp_sums[warp][0..3][lane], a __syncthreads() after.
-template <class T, int kSplit, int kStages>
+template <class T, int kSplit, int kGroups>
 __device__ __forceinline__ void stream_rows(const Params& p, int64_t row0, unsigned char* ring, uint64_t* full,
                                             float (*warp_sums)[4][32]) {
-  using L = Layout<kSplit>;
+  using L = Layout<kSplit, kGroups>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
-  const int chunks = (L::seg_len(p, 0) + kChunk - 1) / kChunk;
+  const int chunks = (p.seg_len + kChunk - 1) / kChunk;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) mbar_init(&full[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -172,13 +173,10 @@ __device__ __forceinline__ void stream_rows(const Params& p, int64_t row0, unsig
   // address arithmetic between the stage's release and its refill every time.
   const T* src = nullptr;
   int src_len = 0;
-  if (warp == 0 && lane < 16) {
-    const int r = L::a_row(lane), s = L::a_seg(lane);
-    if (row0 + r < p.rows) {
-      src = static_cast<const T*>(kSplit == 1 && lane >= 8 ? p.w[1] : p.w[0]) + (row0 + r) * p.ldw +
-            L::seg_offset(p, s);
-      src_len = L::seg_len(p, s);
-    }
+  if (warp == 0 && lane < 16 && row0 + L::unit(lane) < p.rows) {
+    src = static_cast<const T*>(L::group(lane) == 1 ? p.w[1] : p.w[0]) + (row0 + L::unit(lane)) * p.ldw +
+          int64_t(L::seg(lane)) * p.seg_len;
+    src_len = seg_len(p, L::seg(lane));
   }
   // Warp 0: chunk c of the 16 row segments into its stage. Each lane adds its bytes to
   // the stage's expected count before its copy; lane 0 arrives once all have.
@@ -199,12 +197,14 @@ __device__ __forceinline__ void stream_rows(const Params& p, int64_t row0, unsig
     for (int c = 0; c < kStages && c < chunks; ++c) issue(c);
   }
   // This lane's A rows g and 8 + g hold K up to len_a0 / len_a1 of their segments.
-  const int len_a0 = L::seg_len(p, L::a_seg(g)), len_a1 = L::seg_len(p, L::a_seg(8 + g));
-  // B column g: token g % M's segment g / M (gate/up: token g).
-  const int b_seg = kSplit == 1 ? 0 : g / p.M, token = kSplit == 1 ? g : g % p.M;
-  const bool has_token = kSplit == 1 ? g < p.M : b_seg < kSplit;
-  const int x_len = L::seg_len(p, b_seg);
-  const T* x = static_cast<const T*>(p.x) + (has_token ? token : 0) * p.ldx + L::seg_offset(p, b_seg);
+  static_assert(L::kSegRows >= 8, "A rows 0-7 lie in segment 0");
+  const int len_a0 = seg_len(p, 0), len_a1 = seg_len(p, L::seg(8));
+  // B column g: token g % M's segment g / M.
+  const int b_seg = kSplit == 1 ? (g < p.M ? 0 : 1) : g / p.M;
+  const bool has_token = b_seg < kSplit;
+  const int x_len = has_token ? seg_len(p, b_seg) : 0;
+  const T* x = static_cast<const T*>(p.x) +
+               (has_token ? (g - b_seg * p.M) * p.ldx + int64_t(b_seg) * p.seg_len : int64_t(0));
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const int e0 = warp * 64;  // this warp's 64 elements of each chunk
   // The tokens' words for chunk c, loaded one chunk ahead of their use: an L1 miss then
@@ -214,18 +214,21 @@ __device__ __forceinline__ void stream_rows(const Params& p, int64_t row0, unsig
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const int k = chunk_k(c) + e0 + 8 * q + 32 * s;
-      b[s] = has_token && k < x_len ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
+      b[s] = k < x_len ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
     }
   };
   // The gate/up's tokens stay in L1 (a few KB, read by every block): there the 8
   // registers the prefetch holds cost more occupancy than the prefetch saves.
-  constexpr bool kPrefetchTokens = kSplit != 1;
+  constexpr bool kPrefetchTokens = kGroups == 1;
   uint4 b_next[2];
   if (kPrefetchTokens) load_tokens(0, b_next);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int c = 0; c < chunks; ++c) {
-    uint4 b[2] = {b_next[0], b_next[1]};
-    if (kPrefetchTokens && c + 1 < chunks) load_tokens(c + 1, b_next);
+    uint4 b[2];
+    if (kPrefetchTokens) {
+      b[0] = b_next[0], b[1] = b_next[1];
+      if (c + 1 < chunks) load_tokens(c + 1, b_next);
+    }
     mbar_wait(&full[c % kStages], (c / kStages) & 1);
     if (!kPrefetchTokens) load_tokens(c, b);
     const unsigned char* stage = ring + (c % kStages) * kStageBytes;
@@ -260,21 +263,37 @@ __device__ __forceinline__ float block_sum(const float (*warp_sums)[4][32], int 
   return sum;
 }
 
-// Six blocks per SM, the most the ring's shared memory allows (40 registers).
+// Output unit r's sum for token t over matrix `group`: its segments' sums.
+template <int kSplit, int kGroups>
+__device__ __forceinline__ float unit_sum(const float (*warp_sums)[4][32], int group, int r, int t, int M) {
+  using L = Layout<kSplit, kGroups>;
+  float sum = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSplit; ++s) sum += block_sum(warp_sums, L::a_row(s, group, r), s * M + t);
+  return sum;
+}
+
+// Six blocks per SM, the most the ring's shared memory allows (40 registers). K is not
+// cut: 4 hidden units per block over halves of K ran slower at every Gemma shape and
+// token count (Gemma-7B, 1 token: 83.3 us against 76.1; results/h200/decode2/attempts/),
+// more blocks each paying the ring's start-up.
 template <class T, bool kTanh>
 __global__ void __launch_bounds__(kThreads, 6) decode_gate_up(const Params p) {
   using geglu_cuda::to_float;
+  constexpr int kSplit = 1;
+  using L = Layout<kSplit, 2>;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ float warp_sums[kWarps][4][32];
-  const int64_t unit0 = int64_t(blockIdx.x) * Layout<1>::kRows;
-  stream_rows<T, 1, kStages>(p, unit0, ring, full, warp_sums);
-  // Threads 0-63 finish one (unit, token) output each.
-  if (threadIdx.x >= 8 * GEGLU_DECODE_MAX_M) return;
-  const int token = threadIdx.x % GEGLU_DECODE_MAX_M, r = threadIdx.x / GEGLU_DECODE_MAX_M;
+  const int64_t unit0 = int64_t(blockIdx.x) * L::kUnits;
+  stream_rows<T, kSplit, 2>(p, unit0, ring, full, warp_sums);
+  // Threads 0..U*kMaxM-1 finish one (hidden unit, token) output each.
+  if (threadIdx.x >= L::kUnits * L::kMaxM) return;
+  const int token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
   const int64_t col = unit0 + r;
   if (token >= p.M || col >= p.rows) return;
-  float gate = block_sum(warp_sums, r, token), up = block_sum(warp_sums, 8 + r, token);
+  float gate = unit_sum<kSplit, 2>(warp_sums, 0, r, token, p.M);
+  float up = unit_sum<kSplit, 2>(warp_sums, 1, r, token, p.M);
   if (p.bias[0]) gate += to_float(static_cast<const T*>(p.bias[0])[col]);
   if (p.bias[1]) up += to_float(static_cast<const T*>(p.bias[1])[col]);
   static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(geglu_cuda::gelu<kTanh>(gate) * up);
@@ -283,24 +302,23 @@ __global__ void __launch_bounds__(kThreads, 6) decode_gate_up(const Params p) {
 // Four blocks per SM (62 registers): capped at five, the spilled registers cost more
 // than the extra block gained (Gemma-7B 42.2 us against 40.2), so where the grid needs
 // more than one wave of blocks the op keeps cuBLAS (geglu_decode_sm90_linear_max_n).
+constexpr int kLinearSplit = 2;
+
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) decode_linear(const Params p) {
   using geglu_cuda::to_float;
-  using L = Layout<kLinearSplit>;
+  using L = Layout<kLinearSplit, 1>;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ float warp_sums[kWarps][4][32];
-  const int64_t row0 = int64_t(blockIdx.x) * L::kRows;
-  stream_rows<T, kLinearSplit, kStages>(p, row0, ring, full, warp_sums);
-  // Threads 0..R*M-1 finish one (row, token) output each.
-  constexpr int kMaxM = 8 / kLinearSplit;
-  if (threadIdx.x >= L::kRows * kMaxM) return;
-  const int token = threadIdx.x % kMaxM, r = threadIdx.x / kMaxM;
+  const int64_t row0 = int64_t(blockIdx.x) * L::kUnits;
+  stream_rows<T, kLinearSplit, 1>(p, row0, ring, full, warp_sums);
+  // Threads 0..U*kMaxM-1 finish one (row, token) output each.
+  if (threadIdx.x >= L::kUnits * L::kMaxM) return;
+  const int token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
   const int64_t col = row0 + r;
   if (token >= p.M || col >= p.rows) return;
-  float y = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kLinearSplit; ++s) y += block_sum(warp_sums, s * L::kRows + r, s * p.M + token);
+  float y = unit_sum<kLinearSplit, 1>(warp_sums, 0, r, token, p.M);
   if (p.bias[0]) y += to_float(static_cast<const T*>(p.bias[0])[col]);
   if (p.residual) y += to_float(static_cast<const T*>(p.residual)[token * p.ldr + col]);
   static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(y);
@@ -324,6 +342,9 @@ int check_problem(int64_t M, int64_t max_m, int64_t K, int64_t ldx, int64_t ldw,
   }
   return GEGLU_SM90_OK;
 }
+
+// K cut into `split` segments of whole 16-byte words (K is a multiple of 8).
+int segment_length(int64_t K, int split) { return int(((K + split - 1) / split + 7) / 8 * 8); }
 
 int launch(Kernel kernel, int rows_per_block, Params p, void* stream) {
   int device = 0;
@@ -350,8 +371,7 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
   const int status = check_problem(M, GEGLU_DECODE_MAX_M, K, ldx, ldw, H, ldo, dtype, x, w_gate, w_up, out);
   if (status != GEGLU_SM90_OK) return status;
   if (!aligned(b_gate, 2) || !aligned(b_up, 2)) return GEGLU_SM90_ERR_ALIGN;
-  const bool tanh = approximate != 0;
-  const int index = (dtype == GEGLU_SM90_BF16 ? 0 : 2) + (tanh ? 1 : 0);
+  const int index = (dtype == GEGLU_SM90_BF16 ? 0 : 2) + (approximate != 0 ? 1 : 0);
   const Kernel kernels[4] = {decode_gate_up<__nv_bfloat16, false>, decode_gate_up<__nv_bfloat16, true>,
                              decode_gate_up<__half, false>, decode_gate_up<__half, true>};
   Params p = {};
@@ -362,9 +382,9 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
   p.bias[1] = b_up;
   p.out = out;
   p.ldx = ldx, p.ldw = ldw, p.ldo = ldo;
-  p.K = int(K);
+  p.K = int(K), p.seg_len = int(K);
   p.M = int(M), p.rows = int(H);
-  return launch(kernels[index], Layout<1>::kRows, p, stream);
+  return launch(kernels[index], Layout<1, 2>::kUnits, p, stream);
 }
 
 extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w,
@@ -375,9 +395,7 @@ extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int
   if (status != GEGLU_SM90_OK) return status;
   if (residual != nullptr && ldr < N) return GEGLU_SM90_ERR_SHAPE;
   if (!aligned(bias, 2) || !aligned(residual, 2)) return GEGLU_SM90_ERR_ALIGN;
-  static_assert(GEGLU_DECODE_LINEAR_MAX_M * kLinearSplit <= 8, "each token's segments take B columns");
-  // Segments of whole 16-byte words, so each starts 16-byte aligned (K is a multiple of 8).
-  const int64_t seg_len = ((K + kLinearSplit - 1) / kLinearSplit + 7) / 8 * 8;
+  static_assert(GEGLU_DECODE_LINEAR_MAX_M == Layout<kLinearSplit, 1>::kMaxM, "each token's segments take B columns");
   const Kernel kernel = dtype == GEGLU_SM90_BF16 ? decode_linear<__nv_bfloat16> : decode_linear<__half>;
   Params p = {};
   p.x = x;
@@ -386,9 +404,9 @@ extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int
   p.residual = residual;
   p.out = out;
   p.ldx = ldx, p.ldw = ldw, p.ldo = ldo, p.ldr = ldr;
-  p.K = int(K), p.seg_len = int(seg_len);
+  p.K = int(K), p.seg_len = segment_length(K, kLinearSplit);
   p.M = int(M), p.rows = int(N);
-  return launch(kernel, Layout<kLinearSplit>::kRows, p, stream);
+  return launch(kernel, Layout<kLinearSplit, 1>::kUnits, p, stream);
 }
 
 extern "C" int64_t geglu_decode_sm90_linear_max_n(void) {
@@ -407,7 +425,7 @@ extern "C" int64_t geglu_decode_sm90_linear_max_n(void) {
       sm90_launcher::record_cuda_error(e);
       return 0;
     }
-    max_n = int64_t(per_sm) * info->sm_count * Layout<kLinearSplit>::kRows;
+    max_n = int64_t(per_sm) * info->sm_count * Layout<kLinearSplit, 1>::kUnits;
     known[device].store(max_n, std::memory_order_relaxed);
   }
   return max_n;

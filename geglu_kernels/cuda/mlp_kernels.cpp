@@ -90,7 +90,9 @@ void check_status(const char *op, int status) {
 }
 
 constexpr int64_t kMaxInt32 = (int64_t(1) << 31) - 1;  // the engine's int32 problem sizes
-constexpr int64_t kDecodeTokens = 2;  // the decode kernel's route (<= GEGLU_DECODE_MAX_M), see the top
+// The decode kernels' route (<= GEGLU_DECODE_LINEAR_MAX_M <= GEGLU_DECODE_MAX_M), see the top.
+constexpr int64_t kDecodeTokens = 4;
+static_assert(kDecodeTokens <= GEGLU_DECODE_LINEAR_MAX_M && kDecodeTokens <= GEGLU_DECODE_MAX_M);
 
 // The engine's rules (geglu_gemm_sm90.h), checked before anything is allocated.
 bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,

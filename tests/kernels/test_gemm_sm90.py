@@ -3,7 +3,7 @@
 b_up) against a float64 reference over a grid of token counts and sizes (tails of every
 tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
 weights; each of the four kernel variants the engine compiles, at the edges of the
-shape pick that chooses them; the decode kernels (decode_sm90.cu) that serve 1-2
+shape pick that chooses them; the decode kernels (decode_sm90.cu) that serve 1-4
 tokens instead, the gate/up and, through `_geglu_mlp`, the down projection;
 > 2^31-element operands; the refusals (clear errors, never a wrong
 answer); and the route linear.py takes to it. Then the engine's bias +
@@ -22,7 +22,7 @@ from conftest import STORAGE_TOLERANCE
 
 pytestmark = pytest.mark.cuda
 
-GRID_M = [1, 2, 3, 7, 64, 1000, 4096, 8192]  # <= 2: the decode kernel
+GRID_M = [1, 2, 3, 4, 5, 7, 64, 1000, 4096, 8192]  # <= 4: the decode kernel
 GRID_KN = [(64, 64), (64, 16384), (16384, 64), (768, 3072), (3000, 1000), (2048, 16384)]
 DTYPES = [torch.bfloat16, torch.float16]
 
@@ -91,11 +91,11 @@ def test_grid_against_float64(sm90, m, kn, dtype):
 
 
 # The engine's kernel variants and a shape on each side of the edges of the shape pick
-# that chooses them (pick_config, geglu_gemm_sm90.cu): 2 < M <= 64 (the decode kernel
-# takes M <= 2); M <= 128; x (M*K*2 bytes)
+# that chooses them (pick_config, geglu_gemm_sm90.cu): 4 < M <= 64 (the decode kernel
+# takes M <= 4); M <= 128; x (M*K*2 bytes)
 # > 20 MB; the rest. The tuning-only variants are checked by tools/sm90_gemm/check_and_bench.py.
 PICKED_VARIANTS = {
-    "3-pingpong_64x(2x64)_c1": [(3, 1024, 1000), (64, 1024, 1000)],
+    "3-pingpong_64x(2x64)_c1": [(5, 1024, 1000), (64, 1024, 1000)],
     "0-pingpong_64x(2x128)_c1": [(65, 1024, 1000), (128, 1024, 1000)],
     "1-coop_128x(2x128)_c2": [(3256, 3072, 1000), (4096, 3072, 1000)],
     "2-pingpong_128x(2x64)_c2": [(129, 1024, 1000), (3255, 3072, 1000)],
@@ -116,7 +116,7 @@ def test_each_kernel_variant(sm90, variant, dtype):
         assert_close(sm90(x, wg, wu, bg, bu, approximate), reference(x, wg, wu, bg, bu, approximate), dtype, k)
 
 
-DECODE_TOKENS = 2  # kDecodeTokens (mlp_kernels.cpp): the op's route to the decode kernel
+DECODE_TOKENS = 4  # kDecodeTokens (mlp_kernels.cpp): the op's route to the decode kernels
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -260,7 +260,7 @@ def _cuda_kernel_names(fn):
 
 def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kernel):
     """The per-layer op _geglu_mlp picks its kernels in C++: the decode kernels (gate/up
-    and down) for an aligned bf16 call of <= 2 tokens, the engine above (no activation
+    and down) for an aligned bf16 call of <= 4 tokens, the engine above (no activation
     pass after either) with torch's down GEMM, cuBLAS + the geglu kernel for a misaligned
     x; the result matches the float64 reference each way."""
     dtype = torch.bfloat16
@@ -269,8 +269,8 @@ def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kern
     expected = reference(x, w[:256], w[256:], None, None, "tanh").double() @ wd.double().t()
     for what, xx, route in [
         ("aligned bf16", x, "engine"),
-        ("2 tokens", x[:2].clone(), "decode"),
-        ("3 tokens", x[:3].clone(), "engine"),
+        ("4 tokens", x[:4].clone(), "decode"),
+        ("5 tokens", x[:5].clone(), "engine"),
         ("misaligned x", rand((64 * 256 + 1,), dtype, 74)[1:].view(64, 256), "cuBLAS"),
     ]:
         xx.copy_(x[: xx.shape[0]])
@@ -297,7 +297,7 @@ def mlp_reference(x, wg, wu, wd, bd, residual, approximate):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m", range(1, DECODE_TOKENS + 1))
 def test_mlp_decode_down_projection_odd_sizes(sm90, kernel, m, dtype):
-    """_geglu_mlp's down projection at 1-2 tokens (the decode linear, decode_sm90.cu):
+    """_geglu_mlp's down projection at 1-4 tokens (the decode linear, decode_sm90.cu):
     hidden sizes (its K) whose two segments end mid-chunk or hold one 16-byte word,
     output widths that end mid-block, b_down and a residual with a padded row stride, each
     alone and together, a 3-d x."""
