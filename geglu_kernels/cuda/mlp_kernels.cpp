@@ -2,24 +2,26 @@
 // decided on the host from shapes, dtype, alignment and the device alone (no data, no
 // sync: the same choice is replayed under CUDA-graph capture):
 // - fused_gate_up (_geglu_mlp): on sm_90 for bf16/fp16 with 16-byte aligned rows, the
-//   decode kernel (decode_sm90.cu) at 1-2 tokens and the Hopper GEMM engine
+//   decode kernel (decode_sm90.cu) at 1-4 tokens and the Hopper GEMM engine
 //   (geglu_gemm_sm90.cu) above; elsewhere none (the op runs cuBLAS writing [gate | up],
-//   then the geglu kernel). The decode kernel against the engine, each with cuBLAS's down
-//   GEMM after it as in the op (H200, CUDA graphs, benchmarks/results/h200/decode/
-//   check_decode.log, us): 1 token: Gemma-2B 60.5 vs 60.5, Gemma-2-2B 45.7 vs 47.3,
-//   Gemma-7B 118.4 vs 123.7, Gemma-2-9B 86.8 vs 85.7, Gemma-2-27B 250.0 vs 271.7; 2
-//   tokens: 60.6 vs 61.1, 45.7 vs 47.2, 119.3 vs 122.2, 88.0 vs 89.9, 252.0 vs 275.6. At 4
-//   tokens it lost at two shapes (by 2.4% and 3.6%), at 8 tokens at four (1.4-2.5%),
-//   winning at Gemma-2-27B (7%, 5%) each time. On an H100 (h100_final/decode/) at 1 and
-//   2 tokens: 79.2 vs 80.1 and 79.9 vs 79.4, 56.0 vs 58.0 and 57.2 vs 59.0, 165.7 vs
-//   165.4 and 166.4 vs 170.3, 119.7 vs 119.4 and 119.6 vs 118.6, 358.6 vs 362.7 and
-//   360.0 vs 374.9;
-// - fused_down (_geglu_mlp's down projection): on sm_90 for bf16/fp16 at 1-2 tokens, the
-//   decode linear (decode_sm90.cu) where its grid fits in one wave, else none (torch's
-//   GEMM). Against cuBLAS's addmm (H200, CUDA graphs, benchmarks/results/h200/decode2/,
-//   us, 1 token): Gemma-2B 20.2 vs 23.5, Gemma-2-2B 12.3 vs 14.6, Gemma-7B 40.2 vs 42.3,
-//   Gemma-2-9B 28.9 vs 31.2; Gemma-2-27B's 576 blocks need a second wave (106.6 vs 86.8):
-//   cuBLAS;
+//   then the geglu kernel);
+// - fused_down (_geglu_mlp's down projection): on sm_90 for bf16/fp16 at 1-4 tokens, the
+//   decode linear (decode_sm90.cu) where its grid fits on the GPU at once
+//   (geglu_decode_sm90_linear_max_n), else none (torch's GEMM, with b_down and the
+//   residual). The decode kernels against the engine and cuBLAS's addmm (CUDA graphs, us,
+//   1 token; benchmarks/results/h200/decode2/ and h100_final/decode2/check_decode.log):
+//                    gate/up: decode / engine     down: decode / addmm
+//     H200 Gemma-2B      37.2 / 39.1                  20.0 / 23.4
+//          Gemma-2-2B    25.6 / 28.8                  12.5 / 14.6
+//          Gemma-7B      74.7 / 79.7                  39.7 / 41.4
+//          Gemma-2-9B    54.0 / 57.4                  28.5 / 30.8
+//          Gemma-2-27B  160.7 / 182.0                 106.6 / 84.5 (576 blocks, 528 fit: cuBLAS)
+//     H100 Gemma-7B     106.6 / 109.5                 55.5 / 60.0
+//   At 2-4 tokens the same within 1-4%, except the gate/up at Gemma-2B (H200) and
+//   Gemma-2-9B (H100), where the engine is ahead by up to 3% (the MLP still gains: 57.9 vs
+//   60.7 us and 115.7 vs 119.0 at 4 tokens). At 8 tokens the engine wins at three of the
+//   five shapes and the linear takes at most 4 tokens: the route stops at 4
+//   (kDecodeTokens);
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,

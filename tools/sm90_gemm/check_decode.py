@@ -1,18 +1,23 @@
-"""Check and time the decode gate/up kernel (geglu_kernels/cuda/decode_sm90.cu, built as
+"""Check and time the decode kernels (geglu_kernels/cuda/decode_sm90.cu, built as
 .sm90dev/libdecode_sm90.so by `build_lib.sh geglu_kernels/cuda/decode_sm90.cu
-libdecode_sm90`) against the GeGLU engine and cuBLAS at a GeGLU MLP's decode shapes.
+libdecode_sm90`): the gate/up against the GeGLU engine and cuBLAS, the down projection
+(the linear) against cuBLAS's addmm, at a GeGLU MLP's decode shapes.
 
 Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN,
-M = 1..8 over odd (multiple-of-8) K and any hidden size, biases, padded strides, a
-merged weight read in place; the refusals; CUDA-graph replay with new inputs.
+M = 1..8 (the linear: 1..4) over odd (multiple-of-8) K and any output width, biases, a
+residual, padded strides, a merged weight read in place; the refusals; eager and
+CUDA-graph replay of the two kernels in a row, with new inputs.
 Timing: each candidate captured 20 times in a CUDA graph and replayed, medians of 5
 interleaved rounds, weights larger than L2 (every call reads them from HBM), against
-the measured read bandwidth. The down projection is cuBLAS's in every MLP row.
-(The experiments this kernel was cut from: commit 0b9f914, register-fed variants with a
-split-K down projection and unroll / pipelining / row-group knobs; commit 509f929, the
-register-fed kernel against bulk-copy rings, and probes of the kernel that runs before.)
+the measured read bandwidth. `--lib-b` adds every decode row again from a second build,
+interleaved with the first (the A/B comparisons of docs/DESIGN.md). DECODE_SHAPES and
+DECODE_TOKENS (comma lists) narrow the grid.
+(The experiments the gate/up kernel was cut from: commit 0b9f914, register-fed variants
+with a split-K down projection and unroll / pipelining / row-group knobs; commit
+509f929, the register-fed kernel against bulk-copy rings, and probes of the kernel that
+runs before. The persistent variant of both kernels: 94b5fe8.)
 
-    python tools/sm90_gemm/check_decode.py [--out DIR] [--no-bench] [--gemm-lib PATH]
+    python tools/sm90_gemm/check_decode.py [--out DIR] [--no-bench] [--gemm-lib PATH] [--lib-b PATH]
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def check(dec):
                         if not e <= tol[dtype]:
                             fails += 1
                             log(f"  FAIL {dtype} M={M} K={K} H={H} pad={pad} tanh={tanh}: rc={rc} err={e:.3g}")
-    # The linear's token limit (8 / its K split): the largest M it accepts.
+    # The linear's token limit (GEGLU_DECODE_LINEAR_MAX_M): the largest M it accepts.
     t = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)
     max_m = max(m for m in range(1, 9) if dec.linear(t[:m], t, torch.empty_like(t[:m])) == 0)
     log(f"linear: up to {max_m} tokens")
@@ -110,10 +115,10 @@ def check(dec):
                         fails += 1
                         log(f"  FAIL linear {dtype} M={M} K={K} N={N} pad={pad}: rc={rc} err={e:.3g}")
     n += 1
-    if max_m not in (2, 4):
+    if max_m != 4:
         fails += 1
-        log(f"  FAIL: linear accepts up to {max_m} tokens (2 or 4 expected)")
-    # The chained pair, eager and replayed from a graph with new inputs.
+        log(f"  FAIL: linear accepts up to {max_m} tokens (4 expected)")
+    # The two kernels in a row (the op's MLP), eager and replayed from a graph with new inputs.
     M, K, H = 2, 2048, 8192
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     wg, wu = (torch.randn(H, K, device="cuda").mul_(K ** -0.5).to(torch.bfloat16) for _ in range(2))
@@ -142,7 +147,7 @@ def check(dec):
         e = rel_err(y, mlp_ref())
         if not e <= 1.2e-2:
             fails += 1
-            log(f"  FAIL chained MLP ({how}): err={e:.3g}")
+            log(f"  FAIL gate/up + linear ({how}): err={e:.3g}")
     # Refusals: M over the limit (8), K not a multiple of 8, a row stride that is not.
     x = torch.randn(9, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
