@@ -70,10 +70,10 @@ inline constexpr bool kHasFusedGateUp = true;
 OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
                         const OptTensor &b_up, bool tanh);
 
-// The inference down GEMM _geglu_mlp asks the backend for: h @ w_down.T + b_down +
-// residual as a new [M, N] tensor, or std::nullopt where the backend has no kernel for
-// the call that beats torch's GEMM. h is the gate/up's [M, hidden] output (M, hidden >
-// 0), the residual an [M, N] view, all checked by the caller.
+// The down GEMM _geglu_mlp (and _geglu_mlp_train's forward) asks the backend for: h @
+// w_down.T + b_down + residual as a new [M, N] tensor, or std::nullopt where the backend
+// has no kernel for the call that beats torch's GEMM. h is the gate/up's [M, hidden]
+// output (M, hidden > 0), the residual an [M, N] view, all checked by the caller.
 OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual);
 
 #if defined(CUDA_KERNEL)

@@ -50,10 +50,12 @@
 namespace geglu_stable {
 namespace {
 
+// Rows of 16-byte words, each starting 16-byte aligned, none overlapping the next (an
+// expanded row stride of 0 goes to torch's GEMMs, as the kernels' launchers would refuse it).
 bool aligned16(const Tensor &t) {
   const int64_t elems = 16 / static_cast<int64_t>(t.element_size());
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(1) == 1 && t.stride(0) % elems == 0 &&
-         t.size(1) % elems == 0;
+         t.size(1) % elems == 0 && t.stride(0) >= t.size(1);
 }
 
 // Compute capability 9.0, queried once per device (the runtime attribute; the stable
@@ -141,7 +143,8 @@ OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_d
   const int64_t m = h.size(0), k = h.size(1), n = w_down.size(0);
   if (!engine_dtype(h) || m < 1 || m > kDecodeTokens || k < 1 || k > kMaxInt32 || n < 1) return std::nullopt;
   if (b_down.has_value() && !b_down->is_contiguous()) return std::nullopt;
-  if (residual.has_value() && residual->size(1) > 1 && residual->stride(1) != 1) return std::nullopt;
+  // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
+  if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return std::nullopt;
   if (!aligned16(h) || !aligned16(w_down) || !is_sm90(h)) return std::nullopt;
   if (n > geglu_decode_sm90_linear_max_n()) return std::nullopt;  // a second wave: cuBLAS (decode_sm90.h)
   const int64_t shape[2] = {m, n};

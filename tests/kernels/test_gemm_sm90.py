@@ -316,6 +316,22 @@ def test_mlp_decode_down_projection_odd_sizes(sm90, kernel, m, dtype):
         assert_close(y[0], expected, dtype, hidden)
 
 
+def test_mlp_decode_broadcast_operands(sm90, kernel):
+    """Operands the decode kernels do not read, broadcast with row stride 0 (a residual
+    shared by the tokens; an x whose two tokens are one row), take torch's GEMMs with the
+    same result, never a refusal."""
+    dtype = torch.bfloat16
+    w = rand((1024, 256), dtype, 122, scale=1 / 16)
+    wd = rand((200, 512), dtype, 123, scale=512**-0.5)
+    for x, residual in [
+        (rand((2, 256), dtype, 121), rand((200,), dtype, 124).expand(2, 200)),
+        (rand((256,), dtype, 125).expand(2, 256), None),
+    ]:
+        with torch.no_grad():
+            y = kernel.geglu_mlp(x, w, None, wd, None, residual)
+        assert_close(y, mlp_reference(x, w[:512], w[512:], wd, None, residual, "tanh"), dtype, 512)
+
+
 def test_mlp_decode_down_projection_wider_than_one_wave_runs_cublas(sm90, kernel):
     """An output width whose decode-linear grid would need a second wave of blocks
     (geglu_decode_sm90_linear_max_n: at most 6 blocks of 8 rows per SM) stays on torch's
