@@ -299,11 +299,11 @@ __global__ void __launch_bounds__(kThreads, 6) decode_gate_up(const Params p) {
   static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(geglu_cuda::gelu<kTanh>(gate) * up);
 }
 
-// Four blocks per SM (62 registers): capped at five, the spilled registers cost more
-// than the extra block gained (Gemma-7B 42.2 us against 40.2), so where the grid needs
-// more than one wave of blocks the op keeps cuBLAS (geglu_decode_sm90_linear_max_n).
 constexpr int kLinearSplit = 2;
 
+// Four blocks per SM (60 registers): capped at five, the spilled registers cost more
+// than the extra block gained (Gemma-7B 42.2 us against 40.2), so where the grid needs
+// more than one wave of blocks the op keeps cuBLAS (geglu_decode_sm90_linear_max_n).
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) decode_linear(const Params p) {
   using geglu_cuda::to_float;
