@@ -146,13 +146,15 @@ struct Params {
 __device__ __forceinline__ int seg_len(const Params& p, int s) { return max(0, min(p.seg_len, p.K - s * p.seg_len)); }
 
 // The weight stream and the math shared by both kernels: the block's 16 row segments
-// through the ring into the mma; each lane leaves with its float32 accumulators summed
-// over the whole K (acc[0..1]: C[g][2q..2q+1], acc[2..3]: C[8 + g][2q..2q+1]) in
-// warp_sums[warp][0..3][lane], a __syncthreads() after.
+// through the ring into the mma. Returns the warps' float32 sums over the whole K
+// (warp_sums[warp][0..3][lane] = C[g][2q], C[g][2q + 1], C[8 + g][2q], C[8 + g][2q + 1]),
+// visible to the whole block.
 template <class T, int kSplit, int kGroups>
-__device__ __forceinline__ void stream_rows(const Params& p, int64_t row0, unsigned char* ring, uint64_t* full,
-                                            float (*warp_sums)[4][32]) {
+__device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t row0))[4][32] {
   using L = Layout<kSplit, kGroups>;
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t full[kStages];
+  __shared__ float warp_sums[kWarps][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
   const int chunks = (p.seg_len + kChunk - 1) / kChunk;
@@ -252,6 +254,7 @@ __device__ __forceinline__ void stream_rows(const Params& p, int64_t row0, unsig
 #pragma unroll
   for (int r = 0; r < 4; ++r) warp_sums[warp][r][lane] = acc[r];
   __syncthreads();
+  return warp_sums;
 }
 
 // warp_sums' sum over the warps of C[row][col] (row < 16, col < 8).
@@ -273,6 +276,15 @@ __device__ __forceinline__ float unit_sum(const float (*warp_sums)[4][32], int g
   return sum;
 }
 
+// The output this thread finishes in the epilogue: threads 0..U*kMaxM-1 take one (unit
+// unit0 + r, token) each; false for the rest and for outputs past M or `rows`.
+template <class L>
+__device__ __forceinline__ bool epilogue_output(const Params& p, int64_t unit0, int& r, int& token) {
+  if (threadIdx.x >= L::kUnits * L::kMaxM) return false;
+  token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
+  return token < p.M && unit0 + r < p.rows;
+}
+
 // Six blocks per SM, the most the ring's shared memory allows (40 registers). K is not
 // cut: 4 hidden units per block over halves of K ran slower at every Gemma shape and
 // token count (Gemma-7B, 1 token: 83.3 us against 76.1; results/h200/decode2/attempts/),
@@ -282,16 +294,11 @@ __global__ void __launch_bounds__(kThreads, 6) decode_gate_up(const Params p) {
   using geglu_cuda::to_float;
   constexpr int kSplit = 1;
   using L = Layout<kSplit, 2>;
-  extern __shared__ __align__(128) unsigned char ring[];
-  __shared__ __align__(8) uint64_t full[kStages];
-  __shared__ float warp_sums[kWarps][4][32];
   const int64_t unit0 = int64_t(blockIdx.x) * L::kUnits;
-  stream_rows<T, kSplit, 2>(p, unit0, ring, full, warp_sums);
-  // Threads 0..U*kMaxM-1 finish one (hidden unit, token) output each.
-  if (threadIdx.x >= L::kUnits * L::kMaxM) return;
-  const int token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
+  const auto warp_sums = stream_rows<T, kSplit, 2>(p, unit0);
+  int r, token;
+  if (!epilogue_output<L>(p, unit0, r, token)) return;
   const int64_t col = unit0 + r;
-  if (token >= p.M || col >= p.rows) return;
   float gate = unit_sum<kSplit, 2>(warp_sums, 0, r, token, p.M);
   float up = unit_sum<kSplit, 2>(warp_sums, 1, r, token, p.M);
   if (p.bias[0]) gate += to_float(static_cast<const T*>(p.bias[0])[col]);
@@ -308,16 +315,11 @@ template <class T>
 __global__ void __launch_bounds__(kThreads, 4) decode_linear(const Params p) {
   using geglu_cuda::to_float;
   using L = Layout<kLinearSplit, 1>;
-  extern __shared__ __align__(128) unsigned char ring[];
-  __shared__ __align__(8) uint64_t full[kStages];
-  __shared__ float warp_sums[kWarps][4][32];
   const int64_t row0 = int64_t(blockIdx.x) * L::kUnits;
-  stream_rows<T, kLinearSplit, 1>(p, row0, ring, full, warp_sums);
-  // Threads 0..U*kMaxM-1 finish one (row, token) output each.
-  if (threadIdx.x >= L::kUnits * L::kMaxM) return;
-  const int token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
+  const auto warp_sums = stream_rows<T, kLinearSplit, 1>(p, row0);
+  int r, token;
+  if (!epilogue_output<L>(p, row0, r, token)) return;
   const int64_t col = row0 + r;
-  if (token >= p.M || col >= p.rows) return;
   float y = unit_sum<kLinearSplit, 1>(warp_sums, 0, r, token, p.M);
   if (p.bias[0]) y += to_float(static_cast<const T*>(p.bias[0])[col]);
   if (p.residual) y += to_float(static_cast<const T*>(p.residual)[token * p.ldr + col]);
