@@ -220,7 +220,10 @@ __device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t ro
     }
   };
   // The gate/up's tokens stay in L1 (a few KB, read by every block): there the 8
-  // registers the prefetch holds cost more occupancy than the prefetch saves.
+  // registers the prefetch holds cost more occupancy than the prefetch saves, and each
+  // chunk's words are loaded just before the wait for its stage instead (after it, the
+  // L1 latency was half of the kernel's stalls, ncu; before it, Gemma-2-2B 25.0 us against
+  // 25.9, Gemma-7B 76.0 against 76.6).
   constexpr bool kPrefetchTokens = kGroups == 1;
   uint4 b_next[2];
   if (kPrefetchTokens) load_tokens(0, b_next);
@@ -231,8 +234,8 @@ __device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t ro
       b[0] = b_next[0], b[1] = b_next[1];
       if (c + 1 < chunks) load_tokens(c + 1, b_next);
     }
+    if (!kPrefetchTokens) load_tokens(c, b);  // in flight during the wait
     mbar_wait(&full[c % kStages], (c / kStages) & 1);
-    if (!kPrefetchTokens) load_tokens(c, b);
     const unsigned char* stage = ring + (c % kStages) * kStageBytes;
     uint4 a[2][2];  // [A rows g, 8 + g][word]
 #pragma unroll
