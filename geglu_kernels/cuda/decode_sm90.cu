@@ -172,7 +172,8 @@ __device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t ro
   // Warp 0 fills the stages, lane i < 16 copying A row i: its source row segment (null
   // past `rows`; the math zeroes what rows and segments not copied would hold). Sixteen
   // lanes each issue one copy, where one thread issuing all 16 per stage put its
-  // address arithmetic between the stage's release and its refill every time.
+  // address arithmetic between the stage's release and its refill every time (Gemma-7B
+  // down projection: 55.5 us through one thread's loop, 40.2 with sixteen lanes).
   const T* src = nullptr;
   int src_len = 0;
   if (warp == 0 && lane < 16 && row0 + L::unit(lane) < p.rows) {
@@ -233,8 +234,9 @@ __device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t ro
     if (kPrefetchTokens) {
       b[0] = b_next[0], b[1] = b_next[1];
       if (c + 1 < chunks) load_tokens(c + 1, b_next);
+    } else {
+      load_tokens(c, b);  // in flight during the wait
     }
-    if (!kPrefetchTokens) load_tokens(c, b);  // in flight during the wait
     mbar_wait(&full[c % kStages], (c / kStages) & 1);
     const unsigned char* stage = ring + (c % kStages) * kStageBytes;
     uint4 a[2][2];  // [A rows g, 8 + g][word]
