@@ -23,7 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from harness import ROOT, log, save_log
+from harness import ROOT, log, save_results
 
 DTYPE_CODE = {torch.bfloat16: 0, torch.float16: 1}
 SHAPES = {  # name: (M, K, H)
@@ -436,10 +436,7 @@ def main():
         if args.small_bench:
             result["small_bench"] = run_small_bench(lib, [int(c) for c in args.small_bench.split(",")])
     result["failures"] = fails
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, args.tag + ".json"), "w") as f:
-        json.dump(result, f, indent=1)
-    save_log(os.path.join(args.out, args.tag + ".log"))
+    save_results(args.out, args.tag, result)
     log(f"total {time.time() - t0:.1f} s; failures {fails}")
     sys.exit(1 if fails else 0)
 

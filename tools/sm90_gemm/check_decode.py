@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
-import json
 import os
 import statistics
 
@@ -33,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from check_linear import graph_rounds, graph_time
-from harness import ROOT, log, save_log
+from harness import ROOT, log, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -181,31 +180,7 @@ def check(dec):
     return fails
 
 
-def with_lib(other, f):
-    """Call f with the module's `dec` swapped for `other` (f's closure reads dec.*)."""
-    global _swap
-    _swap = other
-    try:
-        return f()
-    finally:
-        _swap = None
-
-
-_swap = None
-
-
-class _Dispatch:
-    """The decode library a candidate calls: `with_lib` points it at the B build."""
-
-    def __init__(self, base):
-        self.base = base
-
-    def __getattr__(self, name):
-        return getattr(_swap if _swap is not None else self.base, name)
-
-
 def bench(dec, gemm, dec_b=None):
-    dec = _Dispatch(dec)
     res = {}
     big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
     rd = graph_time(lambda: big.view(torch.int64).sum(), reps=5)
@@ -231,27 +206,34 @@ def bench(dec, gemm, dec_b=None):
                 gu = torch.mm(x, wm.t())
                 return F.gelu(gu[:, :H], approximate="tanh") * gu[:, H:]
 
+            yy = torch.empty(M, d, device="cuda", dtype=bf)
+
+            def decode_rows(lib, tag=""):
+                """The rows that run library `lib`'s kernels (the linear's up to 4 tokens)."""
+                rows = {
+                    "gate/up decode kernel": lambda: lib.gate_up(x, wg, wu, hh),
+                    "MLP decode kernel + addmm": lambda: (lib.gate_up(x, wg, wu, hh), torch.addmm(r, hh, wd.t())),
+                }
+                if M <= 4:
+                    rows["down decode linear"] = lambda: lib.linear(hh, wd, yy, residual=r)
+                    rows["MLP decode kernel + decode linear"] = lambda: (
+                        lib.gate_up(x, wg, wu, hh), lib.linear(hh, wd, yy, residual=r))
+                return {k + tag: f for k, f in rows.items()}
+
             cands = {
                 "gate/up cuBLAS merged mm": lambda: torch.mm(x, wm.t()),
                 "gate/up cuBLAS mm + torch geglu": cublas_geglu,
-                "gate/up decode kernel": lambda: dec.gate_up(x, wg, wu, hh),
                 "MLP cuBLAS mm + torch geglu + addmm": lambda: torch.addmm(r, cublas_geglu(), wd.t()),
-                "MLP decode kernel + addmm": lambda: (dec.gate_up(x, wg, wu, hh), torch.addmm(r, hh, wd.t())),
             }
             if gemm is not None:
                 cands["gate/up engine"] = lambda: gemm(x, wg, wu, None, None, hh, True, 3)
                 cands["MLP engine + addmm"] = lambda: (gemm(x, wg, wu, None, None, hh, True, 3),
                                                       torch.addmm(r, hh, wd.t()))
             if M <= 4:
-                yy = torch.empty(M, d, device="cuda", dtype=bf)
                 cands["down cuBLAS addmm"] = lambda: torch.addmm(r, hh, wd.t())
-                cands["down decode linear"] = lambda: dec.linear(hh, wd, yy, residual=r)
-                cands["MLP decode kernel + decode linear"] = lambda: (
-                    dec.gate_up(x, wg, wu, hh), dec.linear(hh, wd, yy, residual=r))
-            if dec_b is not None:  # the same decode rows with the --lib-b build, interleaved
-                for k, f in list(cands.items()):
-                    if "decode" in k:
-                        cands[k + " [B]"] = lambda f=f: with_lib(dec_b, f)
+            cands.update(decode_rows(dec))
+            if dec_b is not None:  # the same rows with the --lib-b build, interleaved with the first
+                cands.update(decode_rows(dec_b, " [B]"))
             samples = graph_rounds(cands)
             wb = {"gate/up": 2 * d * H * 2, "MLP": 3 * d * H * 2, "down": d * H * 2}
             log(f"{name} M={M}: read-bandwidth floor: gate/up {wb['gate/up'] / bw_read * 1e6:.1f} us, "
@@ -283,10 +265,7 @@ def main():
 
         gemm = Lib(a.gemm_lib)
     res = {} if a.no_bench else bench(dec, gemm, Decode(a.lib_b) if a.lib_b else None)
-    os.makedirs(a.out, exist_ok=True)
-    save_log(os.path.join(a.out, "check_decode.log"))
-    with open(os.path.join(a.out, "check_decode.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    save_results(a.out, "check_decode", res)
     raise SystemExit(1 if fails else 0)
 
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
-import json
 import os
 import statistics
 
 import torch
 
-from harness import ROOT, log, save_log
+from harness import ROOT, log, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -307,10 +306,7 @@ def main():
     log(f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()}, torch {torch.__version__}")
     fails = check(lin)
     res = {} if a.no_bench else bench(lin, gemm)
-    os.makedirs(a.out, exist_ok=True)
-    save_log(os.path.join(a.out, "linear_sm90_h100.log"))
-    with open(os.path.join(a.out, "linear_sm90_h100.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    save_results(a.out, "linear_sm90_h100", res)
     raise SystemExit(1 if fails else 0)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -25,7 +24,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_linear import graph_rounds  # noqa: E402
-from harness import ROOT, log, save_log  # noqa: E402
+from harness import ROOT, log, save_results  # noqa: E402
 
 # (tokens, hidden = K, out = N): the MLPs' down projections at prefill
 SHAPES = {"blog_8192": (8192, 3072, 768), "gemma2b_4096": (4096, 16384, 2048), "gemma7b_4096": (4096, 24576, 3072)}
@@ -122,10 +121,8 @@ def main() -> int:
     log(f"variants: {lib.names}")
     fails = check(lib)
     results = bench(lib)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "linear_down_sm90_h100.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f, indent=1)
-    save_log(os.path.join(args.out, "linear_down_sm90_h100.log"))
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    save_results(args.out, "linear_down_sm90_h100", {**meta, "results": results})
     return 1 if fails else 0
 
 

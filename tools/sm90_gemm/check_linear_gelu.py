@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_linear import graph_rounds  # noqa: E402
-from harness import ROOT, log, save_log  # noqa: E402
+from harness import ROOT, log, save_results  # noqa: E402
 
 SHAPES = {"bert_large": (8192, 1024, 4096), "gpt2_xl": (8192, 1600, 6400), "bert_large_m64": (64, 1024, 4096),
           "t5_xl_ff": (4096, 2048, 5120)}
@@ -126,11 +125,8 @@ def main():
     log(f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()}, torch {torch.__version__}")
     fails = check(lib)
     res = bench(lib)
-    os.makedirs(a.out, exist_ok=True)
     card = "h200" if "H200" in torch.cuda.get_device_name() else "h100"  # the lent cards; named for the results
-    save_log(os.path.join(a.out, f"linear_gelu_sm90_{card}.log"))
-    with open(os.path.join(a.out, f"linear_gelu_sm90_{card}.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    save_results(a.out, f"linear_gelu_sm90_{card}", res)
     raise SystemExit(1 if fails else 0)
 
 

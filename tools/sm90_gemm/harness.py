@@ -2,6 +2,7 @@
 are under ROOT/.sm90dev) and one log, printed as it is written and saved whole at the
 end, so a script and the helpers it imports from another one write to the same file."""
 
+import json
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,3 +18,11 @@ def log(*a):
 def save_log(path: str) -> None:
     with open(path, "w") as f:
         f.write("\n".join(_lines) + "\n")
+
+
+def save_results(out_dir: str, stem: str, results) -> None:
+    """The log as out_dir/stem.log and `results` as out_dir/stem.json."""
+    os.makedirs(out_dir, exist_ok=True)
+    save_log(os.path.join(out_dir, stem + ".log"))
+    with open(os.path.join(out_dir, stem + ".json"), "w") as f:
+        json.dump(results, f, indent=1)
