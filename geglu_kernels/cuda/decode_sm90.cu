@@ -353,12 +353,12 @@ int check_problem(int64_t M, int64_t max_m, int64_t K, int64_t ldx, int64_t ldw,
 // K cut into `split` segments of whole 16-byte words (K is a multiple of 8).
 int segment_length(int64_t K, int split) { return int(((K + split - 1) / split + 7) / 8 * 8); }
 
-int launch(Kernel kernel, int rows_per_block, Params p, void* stream) {
+int launch(Kernel kernel, int units_per_block, Params p, void* stream) {
   int device = 0;
   if (sm90_launcher::current_sm90_device(&device) == nullptr) return GEGLU_SM90_ERR_DEVICE;
   if (p.M == 0) return GEGLU_SM90_OK;
   void* args[] = {&p};
-  const unsigned blocks = unsigned((p.rows + rows_per_block - 1) / rows_per_block);  // < 2^29
+  const unsigned blocks = unsigned((p.rows + units_per_block - 1) / units_per_block);  // < 2^29
   const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(blocks), dim3(kThreads), args,
                                          kRingBytes, static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess) {
