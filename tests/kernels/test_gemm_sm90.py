@@ -258,6 +258,11 @@ def _cuda_kernel_names(fn):
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+def mlp_reference(x, wg, wu, wd, bd, residual, approximate):
+    y = reference(x, wg, wu, None, None, approximate) @ wd.double().t()
+    return y + (0 if bd is None else bd.double()) + (0 if residual is None else residual.double())
+
+
 def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kernel):
     """The per-layer op _geglu_mlp picks its kernels in C++: the decode kernels (gate/up
     and down) for an aligned bf16 call of <= 4 tokens, the engine above (no activation
@@ -266,7 +271,7 @@ def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kern
     dtype = torch.bfloat16
     x, w = rand((64, 256), dtype, 71), rand((512, 256), dtype, 72, scale=1 / 16)
     wd = rand((256, 256), dtype, 73, scale=1 / 16)
-    expected = reference(x, w[:256], w[256:], None, None, "tanh").double() @ wd.double().t()
+    expected = mlp_reference(x, w[:256], w[256:], wd, None, None, "tanh")
     for what, xx, route in [
         ("aligned bf16", x, "engine"),
         ("4 tokens", x[:4].clone(), "decode"),
@@ -287,11 +292,6 @@ def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kern
             names,
         )
         torch.testing.assert_close(y.double(), expected[: xx.shape[0]].to(y.device), atol=0.05, rtol=0.05)
-
-
-def mlp_reference(x, wg, wu, wd, bd, residual, approximate):
-    y = reference(x, wg, wu, None, None, approximate) @ wd.double().t()
-    return y + (0 if bd is None else bd.double()) + (0 if residual is None else residual.double())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
