@@ -46,12 +46,6 @@
 
 namespace geglu_decode {
 
-#ifndef GATE_UP_TILES2_BLOCKS
-#define GATE_UP_TILES2_BLOCKS 5
-#endif
-#ifndef LINEAR_TILES2_BLOCKS
-#define LINEAR_TILES2_BLOCKS 4
-#endif
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 512;                  // K elements of each of the 16 rows per stage
@@ -59,7 +53,7 @@ constexpr int kStages = 2;
 constexpr int kRowPitch = kChunk * 2 + 16;   // bytes: the 16-byte skew spreads the banks
 constexpr int kStageBytes = 16 * kRowPitch;
 constexpr int kRingBytes = kStages * kStageBytes;  // 33,280: under the 48 KB default
-static_assert(kRingBytes + 128 <= 48 * 1024, "ring and static shared memory within the default limit");
+static_assert(kRingBytes + 4096 + 128 <= 48 * 1024, "ring and static shared memory within the default limit");
 static_assert(kChunk == kWarps * 64, "each warp takes one 64-element piece of a chunk");
 
 // D += A B on the tensor cores, m16n8k16, float32 accumulators, T = bf16 or fp16 operands
@@ -114,24 +108,22 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 }
 
 // Which weight row segments are the 16 rows of the mma's A operand, and which token
-// segments its B columns (kTiles tiles of 8, one mma each per k16 step, all on the same
-// A fragments). Each weight row is cut along K into kSplit segments of seg_len elements
-// (the last one shorter), and kGroups weight matrices are read side by side (gate/up:
-// w_gate and w_up; the linear: one). A row s * (16 / kSplit) + g * U + u is segment s of
-// unit u's row in matrix g (U = 16 / (kSplit * kGroups) output units per block), and B
-// column s * M + t is token t's segment s (M <= 8 * kTiles / kSplit). Only products of
-// matching segments are read (summed over s): the others fill columns of the
+// segments its 8 B columns. Each weight row is cut along K into kSplit segments of
+// seg_len elements (the last one shorter), and kGroups weight matrices are read side by
+// side (gate/up: w_gate and w_up; the linear: one). A row s * (16 / kSplit) + g * U + u
+// is segment s of unit u's row in matrix g (U = 16 / (kSplit * kGroups) output units per
+// block), and B column s * M + t is token t's segment s (M <= 8 / kSplit). Only products
+// of matching segments are read (summed over s): the others fill columns of the
 // instruction that a decode step leaves empty anyway.
 // - gate/up, kSplit = 1: 8 hidden units, gate rows 0-7 and up rows 8-15.
 // - linear (the down projection), kSplit = 2: 8 output rows, so the grid has twice the
 //   blocks of a 16-row tile, and no reduction crosses blocks (Gemma-7B: 384 blocks, all
 //   resident at once on 132 SMs).
-template <int kSplit, int kGroups, int kTiles>
+template <int kSplit, int kGroups>
 struct Layout {
   static constexpr int kSegRows = 16 / kSplit;       // A rows per segment
   static constexpr int kUnits = kSegRows / kGroups;  // output units per block
-  static constexpr int kMaxM = 8 * kTiles / kSplit;  // tokens that fit B's columns
-  static constexpr int kSegments = kSplit;
+  static constexpr int kMaxM = 8 / kSplit;           // tokens that fit B's 8 columns
   __device__ static int seg(int i) { return i / kSegRows; }
   __device__ static int group(int i) { return i % kSegRows / kUnits; }
   __device__ static int unit(int i) { return i % kUnits; }
@@ -154,16 +146,15 @@ struct Params {
 __device__ __forceinline__ int seg_len(const Params& p, int s) { return max(0, min(p.seg_len, p.K - s * p.seg_len)); }
 
 // The weight stream and the math shared by both kernels: the block's 16 row segments
-// through the ring into the mma. Returns the warps' float32 sums over the whole K, in
-// the ring's shared memory (free once the last stage is read): warp_sums[warp][4 * j +
-// 0..3][lane] = tile j's C[g][2q], C[g][2q + 1], C[8 + g][2q], C[8 + g][2q + 1], visible
-// to the whole block.
-template <class T, int kSplit, int kGroups, int kTiles>
-__device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t row0))[4 * kTiles][32] {
-  using L = Layout<kSplit, kGroups, kTiles>;
+// through the ring into the mma. Returns the warps' float32 sums over the whole K
+// (warp_sums[warp][0..3][lane] = C[g][2q], C[g][2q + 1], C[8 + g][2q], C[8 + g][2q + 1]),
+// visible to the whole block.
+template <class T, int kSplit, int kGroups>
+__device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t row0))[4][32] {
+  using L = Layout<kSplit, kGroups>;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kStages];
-  static_assert(kWarps * 4 * kTiles * 32 * sizeof(float) <= kRingBytes, "the warp sums fit in the ring");
+  __shared__ float warp_sums[kWarps][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
   const int chunks = (p.seg_len + kChunk - 1) / kChunk;
@@ -211,31 +202,22 @@ __device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t ro
   // This lane's A rows g and 8 + g hold K up to len_a0 / len_a1 of their segments.
   static_assert(L::kSegRows >= 8, "A rows 0-7 lie in segment 0");
   const int len_a0 = seg_len(p, 0), len_a1 = seg_len(p, L::seg(8));
-  // B column 8j + g of tile j: token (8j + g) % M's segment (8j + g) / M.
-  const T* x[kTiles];
-  int x_len[kTiles];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    const int col = 8 * j + g;
-    const int b_seg = kSplit == 1 ? (col < p.M ? 0 : 1) : col / p.M;
-    const bool has_token = b_seg < kSplit;
-    x_len[j] = has_token ? seg_len(p, b_seg) : 0;
-    x[j] = static_cast<const T*>(p.x) +
-           (has_token ? (col - b_seg * p.M) * p.ldx + int64_t(b_seg) * p.seg_len : int64_t(0));
-  }
+  // B column g: token g % M's segment g / M.
+  const int b_seg = kSplit == 1 ? (g < p.M ? 0 : 1) : g / p.M;
+  const bool has_token = b_seg < kSplit;
+  const int x_len = has_token ? seg_len(p, b_seg) : 0;
+  const T* x = static_cast<const T*>(p.x) +
+               (has_token ? (g - b_seg * p.M) * p.ldx + int64_t(b_seg) * p.seg_len : int64_t(0));
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const int e0 = warp * 64;  // this warp's 64 elements of each chunk
   // The tokens' words for chunk c, loaded one chunk ahead of their use: an L1 miss then
   // overlaps the wait for the weights instead of following it (the down projection's
   // token rows, 48 KB at Gemma-7B, miss L1: 46.4 us loading after the wait, 40.3 ahead).
-  auto load_tokens = [&](int c, uint4 (&b)[kTiles][2]) {
+  auto load_tokens = [&](int c, uint4 (&b)[2]) {
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const int k = chunk_k(c) + e0 + 8 * q + 32 * s;
-        b[j][s] = k < x_len[j] ? __ldg(reinterpret_cast<const uint4*>(x[j] + k)) : zero;
-      }
+    for (int s = 0; s < 2; ++s) {
+      const int k = chunk_k(c) + e0 + 8 * q + 32 * s;
+      b[s] = k < x_len ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
     }
   };
   // The gate/up's tokens stay in L1 (a few KB, read by every block): there the 8
@@ -244,14 +226,13 @@ __device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t ro
   // L1 latency was half of the kernel's stalls, ncu; before it, Gemma-2-2B 25.0 us against
   // 25.9, Gemma-7B 76.0 against 76.6).
   constexpr bool kPrefetchTokens = kGroups == 1;
-  uint4 b_next[kTiles][2];
+  uint4 b_next[2];
   if (kPrefetchTokens) load_tokens(0, b_next);
-  float acc[kTiles][4] = {};
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int c = 0; c < chunks; ++c) {
-    uint4 b[kTiles][2];
+    uint4 b[2];
     if (kPrefetchTokens) {
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) b[j][0] = b_next[j][0], b[j][1] = b_next[j][1];
+      b[0] = b_next[0], b[1] = b_next[1];
       if (c + 1 < chunks) load_tokens(c + 1, b_next);
     } else {
       load_tokens(c, b);  // in flight during the wait
@@ -269,31 +250,21 @@ __device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t ro
 #pragma unroll
     for (int step = 0; step < 4; ++step) {
       const int s = step / 2, w = (step % 2) * 2;
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        mma_m16n8k16<T>(acc[j], word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1),
-                        word(b[j][s], w), word(b[j][s], w + 1));
-      }
+      mma_m16n8k16<T>(acc, word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1),
+                      word(b[s], w), word(b[s], w + 1));
     }
     __syncthreads();  // every warp is done with the stage
     if (warp == 0 && c + kStages < chunks) issue(c + kStages);
   }
-  // Every copy issued has landed (each stage was waited on) and every warp is past the
-  // last stage (the loop's barrier): the ring is free for the sums.
-  auto warp_sums = reinterpret_cast<float (*)[4 * kTiles][32]>(ring);
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) warp_sums[warp][4 * j + r][lane] = acc[j][r];
-  }
+  for (int r = 0; r < 4; ++r) warp_sums[warp][r][lane] = acc[r];
   __syncthreads();
   return warp_sums;
 }
 
-// warp_sums' sum over the warps of C[row][col] (row < 16, col < 8 * kTiles).
-template <int kTiles>
-__device__ __forceinline__ float block_sum(const float (*warp_sums)[4 * kTiles][32], int row, int col) {
-  const int reg = 4 * (col / 8) + (row >= 8 ? 2 : 0) + col % 2, lane = 4 * (row % 8) + col % 8 / 2;
+// warp_sums' sum over the warps of C[row][col] (row < 16, col < 8).
+__device__ __forceinline__ float block_sum(const float (*warp_sums)[4][32], int row, int col) {
+  const int reg = (row >= 8 ? 2 : 0) + col % 2, lane = 4 * (row % 8) + col / 2;
   float sum = 0.0f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) sum += warp_sums[w][reg][lane];
@@ -301,11 +272,12 @@ __device__ __forceinline__ float block_sum(const float (*warp_sums)[4 * kTiles][
 }
 
 // Output unit r's sum for token t over matrix `group`: its segments' sums.
-template <class L, int kTiles>
-__device__ __forceinline__ float unit_sum(const float (*warp_sums)[4 * kTiles][32], int group, int r, int t, int M) {
+template <int kSplit, int kGroups>
+__device__ __forceinline__ float unit_sum(const float (*warp_sums)[4][32], int group, int r, int t, int M) {
+  using L = Layout<kSplit, kGroups>;
   float sum = 0.0f;
 #pragma unroll
-  for (int s = 0; s < L::kSegments; ++s) sum += block_sum<kTiles>(warp_sums, L::a_row(s, group, r), s * M + t);
+  for (int s = 0; s < kSplit; ++s) sum += block_sum(warp_sums, L::a_row(s, group, r), s * M + t);
   return sum;
 }
 
@@ -313,28 +285,27 @@ __device__ __forceinline__ float unit_sum(const float (*warp_sums)[4 * kTiles][3
 // unit0 + r, token) each; false for the rest and for outputs past M or `rows`.
 template <class L>
 __device__ __forceinline__ bool epilogue_output(const Params& p, int64_t unit0, int& r, int& token) {
-  static_assert(L::kUnits * L::kMaxM <= kThreads, "one output per thread");
   if (threadIdx.x >= L::kUnits * L::kMaxM) return false;
   token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
   return token < p.M && unit0 + r < p.rows;
 }
 
-// The gate/up: 8 hidden units per block, B tiles for up to 8 (kTiles = 1) or 16 tokens.
-// Six blocks per SM with one tile, the most the ring's shared memory allows (40
-// registers). K is not cut: 4 hidden units per block over halves of K ran slower at
-// every Gemma shape and token count (Gemma-7B, 1 token: 83.3 us against 76.1;
-// results/h200/decode2/attempts/), more blocks each paying the ring's start-up.
-template <class T, bool kTanh, int kTiles>
-__global__ void __launch_bounds__(kThreads, kTiles == 1 ? 6 : GATE_UP_TILES2_BLOCKS) decode_gate_up(const Params p) {
+// Six blocks per SM, the most the ring's shared memory allows (40 registers). K is not
+// cut: 4 hidden units per block over halves of K ran slower at every Gemma shape and
+// token count (Gemma-7B, 1 token: 83.3 us against 76.1; results/h200/decode2/attempts/),
+// more blocks each paying the ring's start-up.
+template <class T, bool kTanh>
+__global__ void __launch_bounds__(kThreads, 6) decode_gate_up(const Params p) {
   using geglu_cuda::to_float;
-  using L = Layout<1, 2, kTiles>;
+  constexpr int kSplit = 1;
+  using L = Layout<kSplit, 2>;
   const int64_t unit0 = int64_t(blockIdx.x) * L::kUnits;
-  const auto warp_sums = stream_rows<T, 1, 2, kTiles>(p, unit0);
+  const auto warp_sums = stream_rows<T, kSplit, 2>(p, unit0);
   int r, token;
   if (!epilogue_output<L>(p, unit0, r, token)) return;
   const int64_t col = unit0 + r;
-  float gate = unit_sum<L, kTiles>(warp_sums, 0, r, token, p.M);
-  float up = unit_sum<L, kTiles>(warp_sums, 1, r, token, p.M);
+  float gate = unit_sum<kSplit, 2>(warp_sums, 0, r, token, p.M);
+  float up = unit_sum<kSplit, 2>(warp_sums, 1, r, token, p.M);
   if (p.bias[0]) gate += to_float(static_cast<const T*>(p.bias[0])[col]);
   if (p.bias[1]) up += to_float(static_cast<const T*>(p.bias[1])[col]);
   static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(geglu_cuda::gelu<kTanh>(gate) * up);
@@ -342,21 +313,19 @@ __global__ void __launch_bounds__(kThreads, kTiles == 1 ? 6 : GATE_UP_TILES2_BLO
 
 constexpr int kLinearSplit = 2;
 
-// The down projection: 8 output rows per block, B tiles for up to 4 (kTiles = 1) or 8
-// tokens. Four blocks per SM with one tile (60 registers): capped at five, the spilled
-// registers cost more than the extra block gained (Gemma-7B 42.2 us against 40.2), so
-// where the grid needs more than one wave of blocks the op keeps cuBLAS
-// (geglu_decode_sm90_linear_max_n).
-template <class T, int kTiles>
-__global__ void __launch_bounds__(kThreads, kTiles == 1 ? 4 : LINEAR_TILES2_BLOCKS) decode_linear(const Params p) {
+// Four blocks per SM (60 registers): capped at five, the spilled registers cost more
+// than the extra block gained (Gemma-7B 42.2 us against 40.2), so where the grid needs
+// more than one wave of blocks the op keeps cuBLAS (geglu_decode_sm90_linear_max_n).
+template <class T>
+__global__ void __launch_bounds__(kThreads, 4) decode_linear(const Params p) {
   using geglu_cuda::to_float;
-  using L = Layout<kLinearSplit, 1, kTiles>;
+  using L = Layout<kLinearSplit, 1>;
   const int64_t row0 = int64_t(blockIdx.x) * L::kUnits;
-  const auto warp_sums = stream_rows<T, kLinearSplit, 1, kTiles>(p, row0);
+  const auto warp_sums = stream_rows<T, kLinearSplit, 1>(p, row0);
   int r, token;
   if (!epilogue_output<L>(p, row0, r, token)) return;
   const int64_t col = row0 + r;
-  float y = unit_sum<L, kTiles>(warp_sums, 0, r, token, p.M);
+  float y = unit_sum<kLinearSplit, 1>(warp_sums, 0, r, token, p.M);
   if (p.bias[0]) y += to_float(static_cast<const T*>(p.bias[0])[col]);
   if (p.residual) y += to_float(static_cast<const T*>(p.residual)[token * p.ldr + col]);
   static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(y);
@@ -409,13 +378,9 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
   const int status = check_problem(M, GEGLU_DECODE_MAX_M, K, ldx, ldw, H, ldo, dtype, x, w_gate, w_up, out);
   if (status != GEGLU_SM90_OK) return status;
   if (!aligned(b_gate, 2) || !aligned(b_up, 2)) return GEGLU_SM90_ERR_ALIGN;
-  const int tiles = M <= Layout<1, 2, 1>::kMaxM ? 1 : 2;
-  const int index = (tiles - 1) * 4 + (dtype == GEGLU_SM90_BF16 ? 0 : 2) + (approximate != 0 ? 1 : 0);
-  const Kernel kernels[8] = {decode_gate_up<__nv_bfloat16, false, 1>, decode_gate_up<__nv_bfloat16, true, 1>,
-                             decode_gate_up<__half, false, 1>,        decode_gate_up<__half, true, 1>,
-                             decode_gate_up<__nv_bfloat16, false, 2>, decode_gate_up<__nv_bfloat16, true, 2>,
-                             decode_gate_up<__half, false, 2>,        decode_gate_up<__half, true, 2>};
-  static_assert(GEGLU_DECODE_MAX_M == Layout<1, 2, 2>::kMaxM, "two tiles of tokens");
+  const int index = (dtype == GEGLU_SM90_BF16 ? 0 : 2) + (approximate != 0 ? 1 : 0);
+  const Kernel kernels[4] = {decode_gate_up<__nv_bfloat16, false>, decode_gate_up<__nv_bfloat16, true>,
+                             decode_gate_up<__half, false>, decode_gate_up<__half, true>};
   Params p = {};
   p.x = x;
   p.w[0] = w_gate;
@@ -426,7 +391,7 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
   p.ldx = ldx, p.ldw = ldw, p.ldo = ldo;
   p.K = int(K), p.seg_len = int(K);
   p.M = int(M), p.rows = int(H);
-  return launch(kernels[index], Layout<1, 2, 1>::kUnits, p, stream);
+  return launch(kernels[index], Layout<1, 2>::kUnits, p, stream);
 }
 
 extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w,
@@ -437,10 +402,8 @@ extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int
   if (status != GEGLU_SM90_OK) return status;
   if (residual != nullptr && ldr < N) return GEGLU_SM90_ERR_SHAPE;
   if (!aligned(bias, 2) || !aligned(residual, 2)) return GEGLU_SM90_ERR_ALIGN;
-  static_assert(GEGLU_DECODE_LINEAR_MAX_M == Layout<kLinearSplit, 1, 2>::kMaxM, "each token's segments take B columns");
-  const bool bf16 = dtype == GEGLU_SM90_BF16;
-  const Kernel kernel = M <= Layout<kLinearSplit, 1, 1>::kMaxM ? (bf16 ? decode_linear<__nv_bfloat16, 1> : decode_linear<__half, 1>)
-                                                               : (bf16 ? decode_linear<__nv_bfloat16, 2> : decode_linear<__half, 2>);
+  static_assert(GEGLU_DECODE_LINEAR_MAX_M == Layout<kLinearSplit, 1>::kMaxM, "each token's segments take B columns");
+  const Kernel kernel = dtype == GEGLU_SM90_BF16 ? decode_linear<__nv_bfloat16> : decode_linear<__half>;
   Params p = {};
   p.x = x;
   p.w[0] = w;
@@ -450,29 +413,27 @@ extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int
   p.ldx = ldx, p.ldw = ldw, p.ldo = ldo, p.ldr = ldr;
   p.K = int(K), p.seg_len = segment_length(K, kLinearSplit);
   p.M = int(M), p.rows = int(N);
-  return launch(kernel, Layout<kLinearSplit, 1, 1>::kUnits, p, stream);
+  return launch(kernel, Layout<kLinearSplit, 1>::kUnits, p, stream);
 }
 
-extern "C" int64_t geglu_decode_sm90_linear_max_n(int64_t M) {
+extern "C" int64_t geglu_decode_sm90_linear_max_n(void) {
   using namespace geglu_decode;
-  if (M < 1 || M > GEGLU_DECODE_LINEAR_MAX_M) return 0;
-  const int tiles = M <= Layout<kLinearSplit, 1, 1>::kMaxM ? 1 : 2;
-  static std::atomic<int64_t> known[sm90_launcher::kMaxDevices][2];  // 0: not asked yet
+  static std::atomic<int64_t> known[sm90_launcher::kMaxDevices];  // 0: not asked yet
   int device = 0;
   const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr) return 0;
-  int64_t max_n = known[device][tiles - 1].load(std::memory_order_relaxed);
+  int64_t max_n = known[device].load(std::memory_order_relaxed);
   if (max_n == 0) {
     // One query for both dtypes: their kernels differ only in the mma's PTX type.
     int per_sm = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, tiles == 1 ? decode_linear<__nv_bfloat16, 1> : decode_linear<__nv_bfloat16, 2>, kThreads, kRingBytes);
+    const cudaError_t e =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_linear<__nv_bfloat16>, kThreads, kRingBytes);
     if (e != cudaSuccess) {
       sm90_launcher::record_cuda_error(e);
       return 0;
     }
-    max_n = int64_t(per_sm) * info->sm_count * Layout<kLinearSplit, 1, 1>::kUnits;
-    known[device][tiles - 1].store(max_n, std::memory_order_relaxed);
+    max_n = int64_t(per_sm) * info->sm_count * Layout<kLinearSplit, 1>::kUnits;
+    known[device].store(max_n, std::memory_order_relaxed);
   }
   return max_n;
 }

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-enum { GEGLU_DECODE_MAX_M = 16, GEGLU_DECODE_LINEAR_MAX_M = 8 };
+enum { GEGLU_DECODE_MAX_M = 8, GEGLU_DECODE_LINEAR_MAX_M = 4 };
 
 int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, int64_t ldx,
                               const void* w_gate, const void* w_up, int64_t ldw,
@@ -56,7 +56,7 @@ int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx,
 // first and the kernel loses to cuBLAS (Gemma-2-27B's down projection, 576 blocks for
 // 528 places on an H200: 106.6 us against 86.8). Queried once per device; 0 where the
 // device is not compute capability 9.0 or CUDA failed.
-int64_t geglu_decode_sm90_linear_max_n(int64_t M);
+int64_t geglu_decode_sm90_linear_max_n(void);
 
 #ifdef __cplusplus
 }

@@ -146,7 +146,7 @@ OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_d
   // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
   if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return std::nullopt;
   if (!aligned16(h) || !aligned16(w_down) || !is_sm90(h)) return std::nullopt;
-  if (n > geglu_decode_sm90_linear_max_n(m)) return std::nullopt;  // a second wave: cuBLAS (decode_sm90.h)
+  if (n > geglu_decode_sm90_linear_max_n()) return std::nullopt;  // a second wave: cuBLAS (decode_sm90.h)
   const int64_t shape[2] = {m, n};
   Tensor out = device::empty(IntArrayRef(shape, 2), h);
   check_status("_geglu_mlp", geglu_decode_sm90_linear(h.data_ptr(), m, k, h.stride(0), w_down.data_ptr(),

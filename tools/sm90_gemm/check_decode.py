@@ -4,7 +4,7 @@ libdecode_sm90`): the gate/up against the GeGLU engine and cuBLAS, the down proj
 (the linear) against cuBLAS's addmm, at a GeGLU MLP's decode shapes.
 
 Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN,
-M = 1..16 (the linear: 1..8) over odd (multiple-of-8) K and any output width, biases, a
+M = 1..8 (the linear: 1..4) over odd (multiple-of-8) K and any output width, biases, a
 residual, padded strides, a merged weight read in place; the refusals; eager and
 CUDA-graph replay of the two kernels in a row, with new inputs.
 Timing: each candidate captured 20 times in a CUDA graph and replayed, medians of 5
@@ -73,7 +73,7 @@ def check(dec):
     fails = n = 0
     tol = {torch.bfloat16: 1.2e-2, torch.float16: 2e-3}
     for dtype in (torch.bfloat16, torch.float16):
-        for M in range(1, 17):
+        for M in range(1, 9):
             for K, H in ((8, 8), (72, 24), (520, 41), (2056, 1000), (4104, 136), (1032, 9000)):
                 for pad in (0, 8):
                     x = padded(M, K, pad, dtype)
@@ -93,8 +93,8 @@ def check(dec):
                             fails += 1
                             log(f"  FAIL {dtype} M={M} K={K} H={H} pad={pad} tanh={tanh}: rc={rc} err={e:.3g}")
     # The linear's token limit (GEGLU_DECODE_LINEAR_MAX_M): the largest M it accepts.
-    t = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
-    max_m = max(m for m in range(1, 17) if dec.linear(t[:m], t, torch.empty_like(t[:m])) == 0)
+    t = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)
+    max_m = max(m for m in range(1, 9) if dec.linear(t[:m], t, torch.empty_like(t[:m])) == 0)
     log(f"linear: up to {max_m} tokens")
     for dtype in (torch.bfloat16, torch.float16):
         for M in range(1, max_m + 1):
@@ -114,12 +114,11 @@ def check(dec):
                         fails += 1
                         log(f"  FAIL linear {dtype} M={M} K={K} N={N} pad={pad}: rc={rc} err={e:.3g}")
     n += 1
-    if max_m != 8:
+    if max_m != 4:
         fails += 1
-        log(f"  FAIL: linear accepts up to {max_m} tokens (8 expected)")
-    # The two kernels in a row (the op's MLP), eager and replayed from a graph with new inputs
-    # (the linear's second tile of tokens).
-    M, K, H = 7, 2048, 8192
+        log(f"  FAIL: linear accepts up to {max_m} tokens (4 expected)")
+    # The two kernels in a row (the op's MLP), eager and replayed from a graph with new inputs.
+    M, K, H = 2, 2048, 8192
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     wg, wu = (torch.randn(H, K, device="cuda").mul_(K ** -0.5).to(torch.bfloat16) for _ in range(2))
     wd = torch.randn(K, H, device="cuda").mul_(H ** -0.5).to(torch.bfloat16)
@@ -148,18 +147,18 @@ def check(dec):
         if not e <= 1.2e-2:
             fails += 1
             log(f"  FAIL gate/up + linear ({how}): err={e:.3g}")
-    # Refusals: M over the limit (16), K not a multiple of 8, a row stride that is not.
-    x = torch.randn(17, 64, device="cuda", dtype=torch.bfloat16)
+    # Refusals: M over the limit (8), K not a multiple of 8, a row stride that is not.
+    x = torch.randn(9, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
-    o = torch.empty(17, 64, device="cuda", dtype=torch.bfloat16)
-    for what, rc in (("M=17", dec.gate_up(x, w, w, o)), ("K=60", dec.gate_up(x[:4, :60], w[:, :60], w[:, :60], o[:4])),
+    o = torch.empty(9, 64, device="cuda", dtype=torch.bfloat16)
+    for what, rc in (("M=9", dec.gate_up(x, w, w, o)), ("K=60", dec.gate_up(x[:4, :60], w[:, :60], w[:, :60], o[:4])),
                      ("ldx=65", dec.gate_up(x.view(-1)[: 8 * 65].view(8, 65)[:, :64], w, w, o[:8]))):
         n += 1
         if rc == 0:
             fails += 1
             log(f"  FAIL: {what} was accepted")
-    # Graph replay with new inputs (two tiles of tokens).
-    M, K, H = 13, 2048, 1024
+    # Graph replay with new inputs.
+    M, K, H = 8, 2048, 1024
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     wg, wu = (torch.randn(H, K, device="cuda").mul_(K ** -0.5).to(torch.bfloat16) for _ in range(2))
     h = torch.empty(M, H, device="cuda", dtype=torch.bfloat16)
@@ -210,12 +209,12 @@ def bench(dec, gemm, dec_b=None):
             yy = torch.empty(M, d, device="cuda", dtype=bf)
 
             def decode_rows(lib, tag=""):
-                """The rows that run library `lib`'s kernels (the linear's up to 8 tokens)."""
+                """The rows that run library `lib`'s kernels (the linear's up to 4 tokens)."""
                 rows = {
                     "gate/up decode kernel": lambda: lib.gate_up(x, wg, wu, hh),
                     "MLP decode kernel + addmm": lambda: (lib.gate_up(x, wg, wu, hh), torch.addmm(r, hh, wd.t())),
                 }
-                if M <= 8:
+                if M <= 4:
                     rows["down decode linear"] = lambda: lib.linear(hh, wd, yy, residual=r)
                     rows["MLP decode kernel + decode linear"] = lambda: (
                         lib.gate_up(x, wg, wu, hh), lib.linear(hh, wd, yy, residual=r))
@@ -230,7 +229,7 @@ def bench(dec, gemm, dec_b=None):
                 cands["gate/up engine"] = lambda: gemm(x, wg, wu, None, None, hh, True, 3)
                 cands["MLP engine + addmm"] = lambda: (gemm(x, wg, wu, None, None, hh, True, 3),
                                                       torch.addmm(r, hh, wd.t()))
-            if M <= 8:
+            if M <= 4:
                 cands["down cuBLAS addmm"] = lambda: torch.addmm(r, hh, wd.t())
             cands.update(decode_rows(dec))
             if dec_b is not None:  # the same rows with the --lib-b build, interleaved with the first
