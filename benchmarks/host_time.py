@@ -12,6 +12,7 @@ kernelized layer, Liger's layer where importable) at a decode shape, this measur
 
     python benchmarks/host_time.py                        # GPU, Gemma-2B sizes, M = 1
     python benchmarks/host_time.py --device cpu --tiny    # smoke test of the script
+    python benchmarks/host_time.py --build-b DIR          # + row "geglu [B]": DIR/build's layer
 
 Prints a table last; JSON to $OUT/host_time.json when OUT is set.
 """
@@ -109,12 +110,17 @@ def profiled_us(fn, x, device: str, calls: int = 50) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_call_args(ap, calls=200)
+    ap.add_argument("--build-b", type=Path, help="a directory holding another build/ (e.g. the previous commit's): "
+                    "its kernelized layer is timed too, interleaved with this checkout's, as row 'geglu [B]'")
     args = ap.parse_args(argv)
 
     rows = []
     for name, eager, x in modules(args):
         geglu = example.kernelize_with_geglu(copy.deepcopy(eager), layer=example.local_layer)
         candidates = {"eager": eager, "geglu": geglu}
+        if args.build_b is not None:
+            layer_b = functools.partial(example.local_layer, path=args.build_b.resolve())
+            candidates["geglu [B]"] = example.kernelize_with_geglu(copy.deepcopy(eager), layer=layer_b)
         lig = liger(eager)
         if lig is not None:
             candidates["liger"] = lig
@@ -152,12 +158,12 @@ def main(argv=None) -> int:
     )
     print(f"\n== host time per call ({meta['device']}, torch {meta['torch']}, {args.tokens} token(s), "
           f"median of {args.rounds} rounds x {args.calls} calls)")
-    print(f"{'layer':18} {'row':6} {'host us':>8} {'spread':>15} {'prof us':>8} {'vs eager':>8}")
+    print(f"{'layer':18} {'row':9} {'host us':>8} {'spread':>15} {'prof us':>8} {'vs eager':>8}")
     eager_us = {r["layer"]: r["host_us"] for r in rows if r["row"] == "eager"}
     for r in rows:
         lo, hi = r["spread_us"]
         print(
-            f"{r['layer']:18} {r['row']:6} {r['host_us']:8.1f} {f'{lo:.1f}-{hi:.1f}':>15} {r['profiled_us']:8.1f} "
+            f"{r['layer']:18} {r['row']:9} {r['host_us']:8.1f} {f'{lo:.1f}-{hi:.1f}':>15} {r['profiled_us']:8.1f} "
             f"{eager_us[r['layer']] / r['host_us']:7.2f}x"
         )
     if os.environ.get("OUT"):

@@ -7,10 +7,12 @@
 // call gets), picks the kernels and launches them, with no Python between them; the
 // GEMMs go straight to the device's kernels through AOTInductor's C shim (aten.h).
 //
-// _geglu_mlp (inference): the gate/up GEMM with the GeGLU fused in where the backend
-// has a kernel for the call (fused_gate_up), else torch's GEMM writing [gate | up] and
-// the geglu kernel; then the down GEMM with b_down and the residual in it, the backend's
-// where it has one (fused_down: on sm_90 at decode), else torch's.
+// _geglu_mlp (inference): both GEMMs from the backend with h and y in one allocation
+// where it has kernels for both (fused_decode_mlp: on sm_90 at decode); else the gate/up
+// GEMM with the GeGLU fused in where the backend has a kernel for the call
+// (fused_gate_up), else torch's GEMM writing [gate | up] and the geglu kernel; then the
+// down GEMM with b_down and the residual in it, the backend's where it has one
+// (fused_down), else torch's.
 //
 // _geglu_mlp_train (training): the same forward, returning also what backward needs:
 // the pre-activations [gate | up] ([M, 2*hidden]) and h = gelu(gate) * up ([M, hidden]),
@@ -139,6 +141,8 @@ Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, c
         bu = device::narrow(*b_gate, 0, hidden, hidden);
       }
     }
+    const IntArrayRef out_shape(p.out_shape.data(), p.out_shape.size());
+    if (OptTensor y = fused_decode_mlp(p.x, wg, wu, bg, bu, w_down, b_down, p.residual, p.tanh, out_shape)) return *y;
     h = fused_gate_up(p.x, wg, wu, bg, bu, p.tanh);
   }
   if (!h.has_value()) h = geglu_halves(gate_up(p.x, w_gate, w_up, b_gate, b_up), approximate);

@@ -12,4 +12,10 @@ OptTensor fused_gate_up(const Tensor &, const Tensor &, const Tensor &, const Op
 
 OptTensor fused_down(const Tensor &, const Tensor &, const OptTensor &, const OptTensor &) { return std::nullopt; }
 
+OptTensor fused_decode_mlp(const Tensor &, const Tensor &, const Tensor &, const OptTensor &, const OptTensor &,
+                           const Tensor &, const OptTensor &, const OptTensor &, bool,
+                           torch::headeronly::IntHeaderOnlyArrayRef) {
+  return std::nullopt;
+}
+
 }  // namespace geglu_stable

@@ -21,7 +21,13 @@
 //   Gemma-2-9B (H100), where the engine is ahead by up to 3% (the MLP still gains: 57.9 vs
 //   60.7 us and 115.7 vs 119.0 at 4 tokens). At 8 tokens the engine wins at three of the
 //   five shapes and the linear takes at most 4 tokens: the route stops at 4
-//   (kDecodeTokens);
+//   (kDecodeTokens). Both kernels with two tiles of B columns (the gate/up to 16
+//   tokens, the linear to 8; commit a78d3b6, results/h200/decode3/attempts/) lost to the
+//   engine at 16 tokens at every shape and won only at some of 5-12;
+// - fused_decode_mlp (_geglu_mlp): where both decode kernels serve a call, their two
+//   launches with h and y in one allocation (one allocator call fewer; with linear.py's
+//   shorter route checks, a kernelized GemmaMLP call's host time on an H200 host went
+//   from 21.2 to 19.0 us, docs/DESIGN.md);
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
@@ -131,6 +137,29 @@ Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, con
   return out;
 }
 
+// Whether the decode linear serves h @ w_down.T + b_down + residual for h [m, k] of
+// aligned 16-byte rows on sm_90 (the caller's checks), in one wave of blocks.
+bool decode_down_serves(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down,
+                        const OptTensor &residual) {
+  const int64_t n = w_down.size(0);
+  if (m < 1 || m > kDecodeTokens || k < 1 || k > kMaxInt32 || n < 1) return false;
+  if (b_down.has_value() && !b_down->is_contiguous()) return false;
+  // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
+  if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return false;
+  if (!aligned16(w_down)) return false;
+  return n <= geglu_decode_sm90_linear_max_n();  // a second wave: cuBLAS (decode_sm90.h)
+}
+
+// The decode linear into out ([m, N], row stride N) on `like`'s device and stream.
+void launch_decode_down(const Tensor &like, const void *h, int64_t m, int64_t k, int64_t ldh, const Tensor &w_down,
+                        const OptTensor &b_down, const OptTensor &residual, void *out) {
+  const int64_t n = w_down.size(0);
+  check_status("_geglu_mlp", geglu_decode_sm90_linear(h, m, k, ldh, w_down.data_ptr(), w_down.stride(0),
+                                                      ptr_or_null(b_down), ptr_or_null(residual),
+                                                      residual.has_value() ? residual->stride(0) : 0, out, n, n,
+                                                      sm90_dtype(like), geglu_cuda::current_stream(like)));
+}
+
 }  // namespace
 
 OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
@@ -140,21 +169,35 @@ OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_u
 }
 
 OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
-  const int64_t m = h.size(0), k = h.size(1), n = w_down.size(0);
-  if (!engine_dtype(h) || m < 1 || m > kDecodeTokens || k < 1 || k > kMaxInt32 || n < 1) return std::nullopt;
-  if (b_down.has_value() && !b_down->is_contiguous()) return std::nullopt;
-  // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
-  if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return std::nullopt;
-  if (!aligned16(h) || !aligned16(w_down) || !is_sm90(h)) return std::nullopt;
-  if (n > geglu_decode_sm90_linear_max_n()) return std::nullopt;  // a second wave: cuBLAS (decode_sm90.h)
+  if (!engine_dtype(h) || !aligned16(h) || !is_sm90(h)) return std::nullopt;
+  if (!decode_down_serves(h.size(0), h.size(1), w_down, b_down, residual)) return std::nullopt;
+  const int64_t m = h.size(0), n = w_down.size(0);
   const int64_t shape[2] = {m, n};
   Tensor out = device::empty(IntArrayRef(shape, 2), h);
-  check_status("_geglu_mlp", geglu_decode_sm90_linear(h.data_ptr(), m, k, h.stride(0), w_down.data_ptr(),
-                                                      w_down.stride(0), ptr_or_null(b_down), ptr_or_null(residual),
-                                                      residual.has_value() ? residual->stride(0) : 0,
-                                                      out.data_ptr(), n, out.stride(0), sm90_dtype(h),
-                                                      geglu_cuda::current_stream(h)));
+  launch_decode_down(h, h.data_ptr(), m, h.size(1), h.stride(0), w_down, b_down, residual, out.data_ptr());
   return out;
+}
+
+OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                           const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
+                           const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
+  const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0), n = w_down.size(0);
+  if (m > kDecodeTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
+  if (!decode_down_serves(m, hidden, w_down, b_down, residual)) return std::nullopt;
+  // y first (the tensor returned, at offset 0), then h from the next 16-byte boundary
+  // (hidden is a multiple of 8: sm90_serves), so h's rows are the aligned rows the
+  // decode linear reads.
+  const int64_t y_elems = (m * n + 7) / 8 * 8;
+  const int64_t size[1] = {y_elems + m * hidden};
+  Tensor buffer = device::empty(IntArrayRef(size, 1), x);
+  Tensor y = device::contiguous_view(buffer, out_shape);
+  void *h = static_cast<char *>(buffer.data_ptr()) + y_elems * buffer.element_size();
+  check_status("_geglu_mlp", geglu_decode_sm90_gate_up(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(),
+                                                       w_up.data_ptr(), w_gate.stride(0), ptr_or_null(b_gate),
+                                                       ptr_or_null(b_up), h, hidden, hidden, sm90_dtype(x), tanh,
+                                                       geglu_cuda::current_stream(x)));
+  launch_decode_down(x, h, m, hidden, hidden, w_down, b_down, residual, y.data_ptr());
+  return y;
 }
 
 OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, bool tanh) {

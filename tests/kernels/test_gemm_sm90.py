@@ -297,10 +297,11 @@ def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kern
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m", range(1, DECODE_TOKENS + 1))
 def test_mlp_decode_down_projection_odd_sizes(sm90, kernel, m, dtype):
-    """_geglu_mlp's down projection at 1-4 tokens (the decode linear, decode_sm90.cu):
-    hidden sizes (its K) whose two segments end mid-chunk or hold one 16-byte word,
-    output widths that end mid-block, b_down and a residual with a padded row stride, each
-    alone and together, a 3-d x."""
+    """_geglu_mlp at 1-4 tokens (both decode kernels, h and y in one buffer): hidden
+    sizes (the down projection's K) whose two segments end mid-chunk or hold one 16-byte
+    word, output widths that end mid-block (y's elements not a multiple of 8, h after
+    them at the next 16-byte boundary), b_down and a residual with a padded row stride,
+    each alone and together, a 3-d x."""
     cases = [(8, 8, 1), (24, 16, 13), (72, 520, 41), (64, 4104, 1003), (256, 1032, 300), (128, 16392, 24)]
     for i, (k, hidden, n) in enumerate(cases):
         x = rand((1, m, k), dtype, 101 + i)
@@ -308,12 +309,25 @@ def test_mlp_decode_down_projection_odd_sizes(sm90, kernel, m, dtype):
         wd = rand((n, hidden), dtype, 103 + i, scale=hidden**-0.5)
         bd = rand((n,), dtype, 104) if i % 2 == 0 else None
         residual = rand((m, n + 8), dtype, 105)[:, :n].unsqueeze(0) if i % 3 != 1 else None
-        poison_allocator(m, n, dtype)
+        poison_allocator(m, n + hidden + 8, dtype)  # the size of the op's one buffer: y, then h
         with torch.no_grad():
             y = kernel.geglu_mlp(x, w, None, wd, (None, None, bd), residual)
         expected = mlp_reference(x[0], w[:hidden], w[hidden:], wd, bd, None if residual is None else residual[0], "tanh")
-        assert y.shape == (1, m, n)
+        assert y.shape == (1, m, n) and y.is_contiguous()
         assert_close(y[0], expected, dtype, hidden)
+
+
+def test_mlp_decode_opcheck(sm90, kernel):
+    """opcheck (schema, fake registration, AOT dispatch) of _geglu_mlp where both decode
+    kernels run: its output is a view, at offset 0, of the one buffer that also holds h."""
+    dtype = torch.bfloat16
+    x, w = rand((1, 3, 256), dtype, 131), rand((1024, 256), dtype, 132, scale=1 / 16)
+    wd, residual = rand((136, 512), dtype, 133, scale=512**-0.5), rand((1, 3, 136), dtype, 134)
+    op = kernel._ops.ops._geglu_mlp.default
+    with torch.no_grad():
+        names = _cuda_kernel_names(lambda: op(x, w, None, wd, None, None, None, residual, "tanh"))
+    assert any("decode_gate_up" in n for n in names) and any("decode_linear" in n for n in names), names
+    torch.library.opcheck(op, (x, w, None, wd, None, None, None, residual, "tanh"))
 
 
 def test_mlp_decode_broadcast_operands(sm90, kernel):

@@ -318,18 +318,17 @@ if _NATIVE_MLP_DEVICE_TYPES:
 
 
 def _native_call(x, tensors, approximate: str) -> bool:
-    """Whether a call runs as the native op, which checks its own arguments: x's device
-    has one, every argument is a plain tensor (or None: anything else takes the Python
-    route, whose checks name it), and a call that needs gradients is not being traced by
-    torch.compile (the compiler differentiates the composition instead: the native
-    autograd node would hide the backward's kernels from it)."""
+    """Whether a call can run as the native op, which checks its own arguments: x's
+    device has one and every argument is a plain tensor (or None: anything else takes
+    the Python route, whose checks name it). The callers add the gradient's condition."""
     if _NATIVE_MLP_FLAG is None or type(x) not in PLAIN_TYPES or type(approximate) is not str:
         return False
     if not getattr(x, _NATIVE_MLP_FLAG):
         return False
-    if not all_plain(*tensors):
-        return False
-    return not (torch.compiler.is_compiling() and _needs_grad(x, *tensors))
+    for t in tensors:  # a loop, not all_plain's generator: this runs on every layer call
+        if t is not None and type(t) not in PLAIN_TYPES:
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- public API
@@ -427,12 +426,13 @@ def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appr
     """geglu_mlp with the biases as arguments: the layers' entry (no tuple to build)."""
     tensors = (w_gate, w_up, w_down, b_gate, b_up, b_down, residual)
     if _native_call(x, tensors, approximate):
-        grad = _needs_grad(x, *tensors)
         # .default: the overload itself, without the packet's overload resolution per call.
-        if not grad:
+        if not _needs_grad(x, *tensors):
             return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
-        # An empty problem that needs gradients: the composition (autograd over torch's GEMMs).
-        if 0 not in (x.numel(), w_gate.numel(), w_down.numel()):
+        # With gradients, the native autograd node runs in eager only: torch.compile
+        # differentiates the composition (the node would hide the backward's kernels from
+        # it), and an empty problem takes the composition too (autograd over torch's GEMMs).
+        if not torch.compiler.is_compiling() and 0 not in (x.numel(), w_gate.numel(), w_down.numel()):
             return _GegluMlpTrain.apply(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     x2 = _flatten_tokens(x)
