@@ -40,6 +40,7 @@ from .linear import geglu_linear, geglu_mlp_call, linear_bias_gelu
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 _DENSE_TYPES = (nn.Parameter, torch.Tensor)
+_LINEAR, _LINEAR_FORWARD = nn.Linear, nn.Linear.forward
 
 _SM90_BY_DEVICE: dict = {}
 
@@ -103,21 +104,20 @@ def _linear_operands(x: torch.Tensor, *linears):
     and no autocast (under which nn.Linear would run in the autocast dtype). Else None.
     Parameters are read from `_parameters`, once each (see _submodules)."""
     # x.is_cuda first: x.device builds a torch.device object on every read.
-    if x.dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
+    dtype = x.dtype
+    if dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
         return None
     operands = []
     for m in linears:
-        if (
-            not isinstance(m, nn.Linear)
-            or type(m).forward is not nn.Linear.forward
-            or "forward" in m.__dict__
-            or m._forward_hooks
-            or m._forward_pre_hooks
-        ):
+        kind = type(m)
+        # nn.Linear itself first: one identity test where a subclass takes two.
+        if kind is not _LINEAR and not (issubclass(kind, _LINEAR) and kind.forward is _LINEAR_FORWARD):
+            return None
+        if m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__:
             return None
         params = m._parameters
         w, b = params.get("weight"), params.get("bias")
-        if type(w) not in _DENSE_TYPES or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        if type(w) not in _DENSE_TYPES or w.dtype != dtype or (b is not None and b.dtype != dtype):
             return None
         operands.append((w, b))
     return operands
