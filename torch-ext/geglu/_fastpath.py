@@ -16,8 +16,12 @@ PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def all_plain(*tensors) -> bool:
-    """No tensor subclass among the (possibly None) tensors."""
-    return all(t is None or type(t) in PLAIN_TYPES for t in tensors)
+    """No tensor subclass among the (possibly None) tensors. A loop, not all() over a
+    generator: the layers' native route runs this on every call."""
+    for t in tensors:
+        if t is not None and type(t) not in PLAIN_TYPES:
+            return False
+    return True
 
 
 def eager_call_ok(*tensors) -> bool:

@@ -325,10 +325,7 @@ def _native_call(x, tensors, approximate: str) -> bool:
         return False
     if not getattr(x, _NATIVE_MLP_FLAG):
         return False
-    for t in tensors:  # a loop, not all_plain's generator: this runs on every layer call
-        if t is not None and type(t) not in PLAIN_TYPES:
-            return False
-    return True
+    return all_plain(*tensors)
 
 
 # --------------------------------------------------------------------------- public API
