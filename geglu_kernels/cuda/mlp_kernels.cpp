@@ -116,6 +116,15 @@ bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, cons
   return aligned16(x) && aligned16(w_gate) && aligned16(w_up) && is_sm90(x);
 }
 
+// The decode gate/up into out ([M, hidden], row stride ldo) on x's device and stream.
+void launch_decode_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, const Tensor &w_up,
+                           const OptTensor &b_gate, const OptTensor &b_up, void *out, int64_t ldo, bool tanh) {
+  check_status(op, geglu_decode_sm90_gate_up(x.data_ptr(), x.size(0), x.size(1), x.stride(0), w_gate.data_ptr(),
+                                             w_up.data_ptr(), w_gate.stride(0), ptr_or_null(b_gate),
+                                             ptr_or_null(b_up), out, w_gate.size(0), ldo, sm90_dtype(x), tanh,
+                                             geglu_cuda::current_stream(x)));
+}
+
 Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, const Tensor &w_up,
                       const OptTensor &b_gate, const OptTensor &b_up, bool tanh) {
   const device::DeviceGuard guard(x.get_device_index());
@@ -124,10 +133,7 @@ Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, con
   Tensor out = device::empty(IntArrayRef(shape, 2), x);
   if (m == 0 || hidden == 0) return out;
   if (m <= kDecodeTokens) {
-    check_status(op, geglu_decode_sm90_gate_up(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(),
-                                               w_gate.stride(0), ptr_or_null(b_gate), ptr_or_null(b_up),
-                                               out.data_ptr(), hidden, out.stride(0), sm90_dtype(x), tanh,
-                                               geglu_cuda::current_stream(x)));
+    launch_decode_gate_up(op, x, w_gate, w_up, b_gate, b_up, out.data_ptr(), out.stride(0), tanh);
     return out;
   }
   check_status(op, geglu_gemm_sm90(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(),
@@ -181,7 +187,7 @@ OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_d
 OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
                            const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
                            const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
-  const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0), n = w_down.size(0);
+  const int64_t m = x.size(0), hidden = w_gate.size(0), n = w_down.size(0);
   if (m > kDecodeTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
   if (!decode_down_serves(m, hidden, w_down, b_down, residual)) return std::nullopt;
   // y first (the tensor returned, at offset 0), then h from the next 16-byte boundary
@@ -192,10 +198,7 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
   Tensor buffer = device::empty(IntArrayRef(size, 1), x);
   Tensor y = device::contiguous_view(buffer, out_shape);
   void *h = static_cast<char *>(buffer.data_ptr()) + y_elems * buffer.element_size();
-  check_status("_geglu_mlp", geglu_decode_sm90_gate_up(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(),
-                                                       w_up.data_ptr(), w_gate.stride(0), ptr_or_null(b_gate),
-                                                       ptr_or_null(b_up), h, hidden, hidden, sm90_dtype(x), tanh,
-                                                       geglu_cuda::current_stream(x)));
+  launch_decode_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, h, hidden, tanh);
   launch_decode_down(x, h, m, hidden, hidden, w_down, b_down, residual, y.data_ptr());
   return y;
 }
