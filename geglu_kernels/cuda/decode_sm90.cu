@@ -48,52 +48,13 @@ namespace geglu_decode {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 512;                  // K elements of each of the 16 rows per stage
 constexpr int kStages = 2;
-
-// A block's tile: kRowTiles mma row tiles (16 A rows each) by kTokenTiles column tiles
-// (8 B columns each), each warp taking kWords 16-byte words of each row per chunk (32 *
-// kWords elements; the 8 warps side by side make the chunk).
-template <int kRowTiles, int kTokenTiles, int kWords, bool kStageTokens = false>
-struct Tile {
-  static constexpr int kRowTilesN = kRowTiles, kTokenTilesN = kTokenTiles, kWordsN = kWords;
-  static constexpr bool kStageTokensB = kStageTokens;  // token rows copied into each stage too
-  static constexpr int kWeightRows = 16 * kRowTiles;  // weight row segments per block
-  static constexpr int kRows = kWeightRows + (kStageTokens ? 8 * kTokenTiles : 0);  // rows per stage
-  static constexpr int kPiece = 32 * kWords;          // K elements per warp and chunk
-  static constexpr int kChunk = kWarps * kPiece;      // K elements per row and stage
-  static constexpr int kRowPitch = kChunk * 2 + 16;   // bytes: the 16-byte skew spreads the banks
-  static constexpr int kStageBytes = kRows * kRowPitch;
-  static constexpr int kRingBytes = kStages * kStageBytes;
-  // The warps' sums (kRowTiles x kTokenTiles x 4 floats per lane) reuse the ring.
-  static constexpr int kSumFloats = kWarps * kRowTiles * kTokenTiles * 4 * 32;
-  static_assert(kSumFloats * 4 <= kRingBytes, "the warps' sums fit in the ring");
-};
-// 1..4 tokens: 16 rows (8 hidden units, or the linear's 8 outputs over two K segments)
-// by 8 columns, 512-element chunks (1 KB per row copy), a 33,280-byte ring: six blocks
-// per SM within the default 48 KB limit.
-using NarrowTile = Tile<1, 1, 2>;
-static_assert(NarrowTile::kRingBytes + 128 <= 48 * 1024, "within the default limit");
-// 5..16 tokens (the gate/up): 64 rows (32 hidden units) by 16 columns, 256-element chunks.
-// Every block reads all the tokens' K (from L1/L2): with 16 rows per block, 16 tokens are
-// as many bytes as the block's weights (the two-tile attempt, decode3/attempts/); with 64
-// rows a quarter.
-#ifndef GEGLU_WIDE_ROW_TILES
-#define GEGLU_WIDE_ROW_TILES 4
-#endif
-#ifndef GEGLU_WIDE_WORDS
-#define GEGLU_WIDE_WORDS 1
-#endif
-#ifndef GEGLU_WIDE_BLOCKS
-#define GEGLU_WIDE_BLOCKS 3
-#endif
-#ifndef GEGLU_WIDE_STAGE_TOKENS
-#define GEGLU_WIDE_STAGE_TOKENS 0
-#endif
-using WideTile = Tile<GEGLU_WIDE_ROW_TILES, 2, GEGLU_WIDE_WORDS, GEGLU_WIDE_STAGE_TOKENS != 0>;
-#ifndef GEGLU_WIDE_FROM
-#define GEGLU_WIDE_FROM 5
-#endif
-constexpr int kWideFrom = GEGLU_WIDE_FROM;  // the gate/up's first token count on the wide tile
+constexpr int kRowPitch = kChunk * 2 + 16;   // bytes: the 16-byte skew spreads the banks
+constexpr int kStageBytes = 16 * kRowPitch;
+constexpr int kRingBytes = kStages * kStageBytes;  // 33,280: under the 48 KB default
+static_assert(kRingBytes + 4096 + 128 <= 48 * 1024, "ring and static shared memory within the default limit");
+static_assert(kChunk == kWarps * 64, "each warp takes one 64-element piece of a chunk");
 
 // D += A B on the tensor cores, m16n8k16, float32 accumulators, T = bf16 or fp16 operands
 // (the only difference is the PTX type).
@@ -125,9 +86,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
 }
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
   asm volatile(
@@ -143,27 +107,27 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// Which weight row segments are the A rows of the block's mma row tiles, and which token
-// segments the B columns. Each weight row is cut along K into kSplit segments of seg_len
-// elements (the last one shorter), and kGroups weight matrices are read side by side
-// (gate/up: w_gate and w_up; the linear: one). Row i of row tile j is segment
-// i / (16 / kSplit) of unit j * U + i % U's row in matrix i % (16 / kSplit) / U (U =
-// 16 / (kSplit * kGroups) output units per row tile), and B column s * M + t is token t's
-// segment s (M <= 8 / kSplit; with kSplit = 1, column c of token tile n is token 8n + c).
-// Only products of matching segments are read (summed over s): the others fill columns
-// of the instruction that a decode step leaves empty anyway.
-// - gate/up, kSplit = 1: per row tile 8 hidden units, gate rows 0-7 and up rows 8-15.
+// Which weight row segments are the 16 rows of the mma's A operand, and which token
+// segments its 8 B columns. Each weight row is cut along K into kSplit segments of
+// seg_len elements (the last one shorter), and kGroups weight matrices are read side by
+// side (gate/up: w_gate and w_up; the linear: one). A row s * (16 / kSplit) + g * U + u
+// is segment s of unit u's row in matrix g (U = 16 / (kSplit * kGroups) output units per
+// block), and B column s * M + t is token t's segment s (M <= 8 / kSplit). Only products
+// of matching segments are read (summed over s): the others fill columns of the
+// instruction that a decode step leaves empty anyway.
+// - gate/up, kSplit = 1: 8 hidden units, gate rows 0-7 and up rows 8-15.
 // - linear (the down projection), kSplit = 2: 8 output rows, so the grid has twice the
 //   blocks of a 16-row tile, and no reduction crosses blocks (Gemma-7B: 384 blocks, all
 //   resident at once on 132 SMs).
 template <int kSplit, int kGroups>
 struct Layout {
   static constexpr int kSegRows = 16 / kSplit;       // A rows per segment
-  static constexpr int kUnits = kSegRows / kGroups;  // output units per row tile
-  static constexpr int kMaxM = 8 / kSplit;           // tokens per 8 B columns
-  __device__ static int seg(int i) { return i % 16 / kSegRows; }
+  static constexpr int kUnits = kSegRows / kGroups;  // output units per block
+  static constexpr int kMaxM = 8 / kSplit;           // tokens that fit B's 8 columns
+  __device__ static int seg(int i) { return i / kSegRows; }
   __device__ static int group(int i) { return i % kSegRows / kUnits; }
-  __device__ static int unit(int i) { return i / 16 * kUnits + i % kUnits; }
+  __device__ static int unit(int i) { return i % kUnits; }
+  __device__ static int a_row(int s, int group, int unit) { return s * kSegRows + group * kUnits + unit; }
 };
 
 struct Params {
@@ -181,36 +145,16 @@ struct Params {
 // aligned).
 __device__ __forceinline__ int seg_len(const Params& p, int s) { return max(0, min(p.seg_len, p.K - s * p.seg_len)); }
 
-// The warps' float32 sums over the whole K, in the ring after the stream: sums(w, j, n)[r]
-// [lane] is warp w's accumulator r of row tile j and token tile n (C[g][2q], C[g][2q + 1],
-// C[8 + g][2q], C[8 + g][2q + 1] for lane (g, q)).
-template <class Tl>
-struct WarpSums {
-  const float* base;
-  __device__ const float* at(int w, int j, int n) const {
-    return base + ((w * Tl::kRowTilesN + j) * Tl::kTokenTilesN + n) * 4 * 32;
-  }
-  // The sum over the warps of C[row][col] of row tile j, token tile n (row < 16, col < 8).
-  __device__ float sum(int j, int n, int row, int col) const {
-    const int reg = (row >= 8 ? 2 : 0) + col % 2, lane = 4 * (row % 8) + col / 2;
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += at(w, j, n)[reg * 32 + lane];
-    return s;
-  }
-};
-
-// The weight stream and the math shared by the kernels: the block's Tl::kRows row
-// segments through the ring into the mma. Returns the warps' sums, visible to the block.
-template <class T, class Tl, int kSplit, int kGroups>
-__device__ __forceinline__ WarpSums<Tl> stream_rows(const Params& p, int64_t unit0) {
+// The weight stream and the math shared by both kernels: the block's 16 row segments
+// through the ring into the mma. Returns the warps' float32 sums over the whole K
+// (warp_sums[warp][0..3][lane] = C[g][2q], C[g][2q + 1], C[8 + g][2q], C[8 + g][2q + 1]),
+// visible to the whole block.
+template <class T, int kSplit, int kGroups>
+__device__ __forceinline__ const float (*stream_rows(const Params& p, int64_t row0))[4][32] {
   using L = Layout<kSplit, kGroups>;
-  constexpr int kR = Tl::kRowTilesN, kN = Tl::kTokenTilesN, kW = Tl::kWordsN;
-  constexpr int kChunk = Tl::kChunk, kRowPitch = Tl::kRowPitch, kStageBytes = Tl::kStageBytes;
-  static_assert(kSplit == 1 || kN == 1, "K segments share the B columns of one token tile");
-  static_assert(kSplit == 1 || !Tl::kStageTokensB, "staged token rows are whole rows of x");
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kStages];
+  __shared__ float warp_sums[kWarps][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
   const int chunks = (p.seg_len + kChunk - 1) / kChunk;
@@ -225,90 +169,55 @@ __device__ __forceinline__ WarpSums<Tl> stream_rows(const Params& p, int64_t uni
   // projection: 55.3 us unstaggered, 46.4 staggered; Gemma-2-2B gate/up 28.7 and 25.9).
   const int first = int(blockIdx.x % unsigned(chunks));
   auto chunk_k = [&](int c) { return (c + first < chunks ? c + first : c + first - chunks) * kChunk; };
-  // Warp 0 fills the stages, lane i copying A rows i, 32 + i, ... (where the tile has
-  // them): their source row segments (null past `rows`; the math zeroes what rows and
-  // segments not copied would hold). The lanes each issue their copies, where one thread
-  // issuing all 16 per stage put its address arithmetic between the stage's release and
-  // its refill every time (Gemma-7B down projection: 55.5 us through one thread's loop,
-  // 40.2 with sixteen lanes).
-  constexpr int kCopies = (Tl::kRows + 31) / 32;
-  const T* src[kCopies];
-  int src_len[kCopies];
-#pragma unroll
-  for (int i = 0; i < kCopies; ++i) {
-    const int row = lane + 32 * i;
-    src[i] = nullptr, src_len[i] = 0;
-    if (warp == 0 && row < Tl::kWeightRows && unit0 + L::unit(row) < p.rows) {
-      src[i] = static_cast<const T*>(L::group(row) == 1 ? p.w[1] : p.w[0]) + (unit0 + L::unit(row)) * p.ldw +
-               int64_t(L::seg(row)) * p.seg_len;
-      src_len[i] = seg_len(p, L::seg(row));
-    } else if (warp == 0 && row >= Tl::kWeightRows && row < Tl::kRows && row - Tl::kWeightRows < p.M) {
-      // Token row row - kWeightRows (kSplit = 1).
-      src[i] = static_cast<const T*>(p.x) + (row - Tl::kWeightRows) * p.ldx;
-      src_len[i] = p.K;
-    }
+  // Warp 0 fills the stages, lane i < 16 copying A row i: its source row segment (null
+  // past `rows`; the math zeroes what rows and segments not copied would hold). Sixteen
+  // lanes each issue one copy, where one thread issuing all 16 per stage put its
+  // address arithmetic between the stage's release and its refill every time (Gemma-7B
+  // down projection: 55.5 us through one thread's loop, 40.2 with sixteen lanes).
+  const T* src = nullptr;
+  int src_len = 0;
+  if (warp == 0 && lane < 16 && row0 + L::unit(lane) < p.rows) {
+    src = static_cast<const T*>(L::group(lane) == 1 ? p.w[1] : p.w[0]) + (row0 + L::unit(lane)) * p.ldw +
+          int64_t(L::seg(lane)) * p.seg_len;
+    src_len = seg_len(p, L::seg(lane));
   }
-  // Warp 0: chunk c of the block's row segments into its stage. Lane 0 arrives on the
-  // stage's mbarrier with the whole stage's byte count before any copy is issued, one
-  // shared-memory atomic per stage where one expect_tx per copy put 16-128 of them,
-  // serialized, between the stage's release and its refill.
+  // Warp 0: chunk c of the 16 row segments into its stage. Each lane adds its bytes to
+  // the stage's expected count before its copy; lane 0 arrives once all have.
   auto issue = [&](int c) {
     const int k0 = chunk_k(c);
     uint64_t* bar = &full[c % kStages];
-    uint32_t bytes[kCopies], mine = 0;
-#pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      const int elems = src[i] != nullptr ? min(kChunk, src_len[i] - k0) : 0;
-      bytes[i] = elems > 0 ? uint32_t(elems) * sizeof(T) : 0u;
-      mine += bytes[i];
+    const int elems = min(kChunk, src_len - k0);
+    if (src != nullptr && elems > 0) {
+      const uint32_t bytes = uint32_t(elems) * sizeof(T);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the warps' reads before the async writes
+      mbar_expect_tx(bar, bytes);
+      bulk_copy(ring + (c % kStages) * kStageBytes + lane * kRowPitch, src + k0, bytes, bar);
     }
-    const uint32_t total = __reduce_add_sync(0xffffffffu, mine);
-    if (lane == 0) mbar_arrive_expect_tx(bar, total);
     __syncwarp();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the warps' reads before the async writes
-#pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      if (bytes[i] != 0) {
-        bulk_copy(ring + (c % kStages) * kStageBytes + (lane + 32 * i) * kRowPitch, src[i] + k0, bytes[i], bar);
-      }
-    }
+    if (lane == 0) mbar_arrive(bar);
   };
   if (warp == 0) {
     for (int c = 0; c < kStages && c < chunks; ++c) issue(c);
   }
-  // This lane's A rows g and 8 + g (of every row tile) hold K up to len_a0 / len_a1 of
-  // their segments.
+  // This lane's A rows g and 8 + g hold K up to len_a0 / len_a1 of their segments.
   static_assert(L::kSegRows >= 8, "A rows 0-7 lie in segment 0");
   const int len_a0 = seg_len(p, 0), len_a1 = seg_len(p, L::seg(8));
-  // B column g of token tile n: kSplit = 1, token 8n + g; else token g % M's segment g / M.
-  const T* x[kN];
-  int x_len[kN];
-#pragma unroll
-  for (int n = 0; n < kN; ++n) {
-    const int b_seg = kSplit == 1 ? (8 * n + g < p.M ? 0 : 1) : g / p.M;
-    const int token = kSplit == 1 ? 8 * n + g : g - b_seg * p.M;
-    const bool has_token = b_seg < kSplit;
-    x_len[n] = has_token ? seg_len(p, b_seg) : 0;
-    x[n] = static_cast<const T*>(p.x) + (has_token ? token * p.ldx + int64_t(b_seg) * p.seg_len : int64_t(0));
-  }
+  // B column g: token g % M's segment g / M.
+  const int b_seg = kSplit == 1 ? (g < p.M ? 0 : 1) : g / p.M;
+  const bool has_token = b_seg < kSplit;
+  const int x_len = has_token ? seg_len(p, b_seg) : 0;
+  const T* x = static_cast<const T*>(p.x) +
+               (has_token ? (g - b_seg * p.M) * p.ldx + int64_t(b_seg) * p.seg_len : int64_t(0));
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  const int e0 = warp * Tl::kPiece;  // this warp's elements of each chunk
+  const int e0 = warp * 64;  // this warp's 64 elements of each chunk
   // The tokens' words for chunk c, loaded one chunk ahead of their use: an L1 miss then
   // overlaps the wait for the weights instead of following it (the down projection's
   // token rows, 48 KB at Gemma-7B, miss L1: 46.4 us loading after the wait, 40.3 ahead).
-  auto load_tokens = [&](int c, uint4 (&b)[kN][kW]) {
+  auto load_tokens = [&](int c, uint4 (&b)[2]) {
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
-#pragma unroll
-      for (int s = 0; s < kW; ++s) {
-        const int k = chunk_k(c) + e0 + 8 * q + 32 * s;
-        if constexpr (Tl::kStageTokensB) {
-          const unsigned char* row = ring + (c % kStages) * kStageBytes + (Tl::kWeightRows + 8 * n + g) * kRowPitch;
-          b[n][s] = k < x_len[n] ? *reinterpret_cast<const uint4*>(row + (e0 + 8 * q + 32 * s) * 2) : zero;
-        } else {
-          b[n][s] = k < x_len[n] ? __ldg(reinterpret_cast<const uint4*>(x[n] + k)) : zero;
-        }
-      }
+    for (int s = 0; s < 2; ++s) {
+      const int k = chunk_k(c) + e0 + 8 * q + 32 * s;
+      b[s] = k < x_len ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
     }
   };
   // The gate/up's tokens stay in L1 (a few KB, read by every block): there the 8
@@ -317,82 +226,89 @@ __device__ __forceinline__ WarpSums<Tl> stream_rows(const Params& p, int64_t uni
   // L1 latency was half of the kernel's stalls, ncu; before it, Gemma-2-2B 25.0 us against
   // 25.9, Gemma-7B 76.0 against 76.6).
   constexpr bool kPrefetchTokens = kGroups == 1;
-  uint4 b_next[kN][kW];
+  uint4 b_next[2];
   if (kPrefetchTokens) load_tokens(0, b_next);
-  float acc[kR][kN][4] = {};
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int c = 0; c < chunks; ++c) {
-    uint4 b[kN][kW];
+    uint4 b[2];
     if (kPrefetchTokens) {
-#pragma unroll
-      for (int n = 0; n < kN; ++n)
-#pragma unroll
-        for (int s = 0; s < kW; ++s) b[n][s] = b_next[n][s];
+      b[0] = b_next[0], b[1] = b_next[1];
       if (c + 1 < chunks) load_tokens(c + 1, b_next);
-    } else if (!Tl::kStageTokensB) {
+    } else {
       load_tokens(c, b);  // in flight during the wait
     }
     mbar_wait(&full[c % kStages], (c / kStages) & 1);
-    if (Tl::kStageTokensB) load_tokens(c, b);
     const unsigned char* stage = ring + (c % kStages) * kStageBytes;
+    uint4 a[2][2];  // [A rows g, 8 + g][word]
 #pragma unroll
-    for (int j = 0; j < kR; ++j) {
-      uint4 a[2][kW];  // [A rows g, 8 + g of row tile j][word]
+    for (int s = 0; s < 2; ++s) {
+      const int e = e0 + 8 * q + 32 * s, k = chunk_k(c) + e;
+      // Lengths are multiples of 8: a 16-byte word is all in or all out.
+      a[0][s] = k < len_a0 ? *reinterpret_cast<const uint4*>(stage + g * kRowPitch + e * 2) : zero;
+      a[1][s] = k < len_a1 ? *reinterpret_cast<const uint4*>(stage + (g + 8) * kRowPitch + e * 2) : zero;
+    }
 #pragma unroll
-      for (int s = 0; s < kW; ++s) {
-        const int e = e0 + 8 * q + 32 * s, k = chunk_k(c) + e;
-        // Lengths are multiples of 8: a 16-byte word is all in or all out.
-        const unsigned char* rows = stage + 16 * j * kRowPitch + e * 2;
-        a[0][s] = k < len_a0 ? *reinterpret_cast<const uint4*>(rows + g * kRowPitch) : zero;
-        a[1][s] = k < len_a1 ? *reinterpret_cast<const uint4*>(rows + (g + 8) * kRowPitch) : zero;
-      }
-#pragma unroll
-      for (int step = 0; step < 2 * kW; ++step) {
-        const int s = step / 2, w = (step % 2) * 2;
-#pragma unroll
-        for (int n = 0; n < kN; ++n) {
-          mma_m16n8k16<T>(acc[j][n], word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1),
-                          word(a[1][s], w + 1), word(b[n][s], w), word(b[n][s], w + 1));
-        }
-      }
+    for (int step = 0; step < 4; ++step) {
+      const int s = step / 2, w = (step % 2) * 2;
+      mma_m16n8k16<T>(acc, word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1),
+                      word(b[s], w), word(b[s], w + 1));
     }
     __syncthreads();  // every warp is done with the stage
     if (warp == 0 && c + kStages < chunks) issue(c + kStages);
   }
-  // No copy is in flight past the last stage: the ring holds the sums now.
-  float* sums = reinterpret_cast<float*>(ring);
 #pragma unroll
-  for (int j = 0; j < kR; ++j)
-#pragma unroll
-    for (int n = 0; n < kN; ++n)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) sums[((warp * kR + j) * kN + n) * 128 + r * 32 + lane] = acc[j][n][r];
+  for (int r = 0; r < 4; ++r) warp_sums[warp][r][lane] = acc[r];
   __syncthreads();
-  return WarpSums<Tl>{sums};
+  return warp_sums;
 }
 
-// The gate/up with the GeGLU epilogue. Narrow tile (1-4 tokens): six blocks per SM, the
-// most the ring's shared memory allows (40 registers). K is not cut: 4 hidden units per
-// block over halves of K ran slower at every Gemma shape and token count (Gemma-7B,
-// 1 token: 83.3 us against 76.1; results/h200/decode2/attempts/), more blocks each paying
-// the ring's start-up.
-template <class T, class Tl, int kMinBlocks, bool kTanh>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) decode_gate_up(const Params p) {
+// warp_sums' sum over the warps of C[row][col] (row < 16, col < 8).
+__device__ __forceinline__ float block_sum(const float (*warp_sums)[4][32], int row, int col) {
+  const int reg = (row >= 8 ? 2 : 0) + col % 2, lane = 4 * (row % 8) + col / 2;
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum += warp_sums[w][reg][lane];
+  return sum;
+}
+
+// Output unit r's sum for token t over matrix `group`: its segments' sums.
+template <int kSplit, int kGroups>
+__device__ __forceinline__ float unit_sum(const float (*warp_sums)[4][32], int group, int r, int t, int M) {
+  using L = Layout<kSplit, kGroups>;
+  float sum = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSplit; ++s) sum += block_sum(warp_sums, L::a_row(s, group, r), s * M + t);
+  return sum;
+}
+
+// The output this thread finishes in the epilogue: threads 0..U*kMaxM-1 take one (unit
+// unit0 + r, token) each; false for the rest and for outputs past M or `rows`.
+template <class L>
+__device__ __forceinline__ bool epilogue_output(const Params& p, int64_t unit0, int& r, int& token) {
+  if (threadIdx.x >= L::kUnits * L::kMaxM) return false;
+  token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
+  return token < p.M && unit0 + r < p.rows;
+}
+
+// Six blocks per SM, the most the ring's shared memory allows (40 registers). K is not
+// cut: 4 hidden units per block over halves of K ran slower at every Gemma shape and
+// token count (Gemma-7B, 1 token: 83.3 us against 76.1; results/h200/decode2/attempts/),
+// more blocks each paying the ring's start-up.
+template <class T, bool kTanh>
+__global__ void __launch_bounds__(kThreads, 6) decode_gate_up(const Params p) {
   using geglu_cuda::to_float;
-  using L = Layout<1, 2>;
-  constexpr int kUnits = L::kUnits * Tl::kRowTilesN, kTokens = 8 * Tl::kTokenTilesN;
-  const int64_t unit0 = int64_t(blockIdx.x) * kUnits;
-  const WarpSums<Tl> sums = stream_rows<T, Tl, 1, 2>(p, unit0);
-  // Thread i finishes outputs i, i + kThreads, ... of the block's (unit, token) pairs.
-  for (int i = threadIdx.x; i < kUnits * kTokens; i += kThreads) {
-    const int token = i % kTokens, u = i / kTokens;
-    const int64_t col = unit0 + u;
-    if (token >= p.M || col >= p.rows) continue;
-    const int j = u / L::kUnits, r = u % L::kUnits, n = token / 8, c = token % 8;
-    float gate = sums.sum(j, n, r, c), up = sums.sum(j, n, L::kUnits + r, c);
-    if (p.bias[0]) gate += to_float(static_cast<const T*>(p.bias[0])[col]);
-    if (p.bias[1]) up += to_float(static_cast<const T*>(p.bias[1])[col]);
-    static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(geglu_cuda::gelu<kTanh>(gate) * up);
-  }
+  constexpr int kSplit = 1;
+  using L = Layout<kSplit, 2>;
+  const int64_t unit0 = int64_t(blockIdx.x) * L::kUnits;
+  const auto warp_sums = stream_rows<T, kSplit, 2>(p, unit0);
+  int r, token;
+  if (!epilogue_output<L>(p, unit0, r, token)) return;
+  const int64_t col = unit0 + r;
+  float gate = unit_sum<kSplit, 2>(warp_sums, 0, r, token, p.M);
+  float up = unit_sum<kSplit, 2>(warp_sums, 1, r, token, p.M);
+  if (p.bias[0]) gate += to_float(static_cast<const T*>(p.bias[0])[col]);
+  if (p.bias[1]) up += to_float(static_cast<const T*>(p.bias[1])[col]);
+  static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(geglu_cuda::gelu<kTanh>(gate) * up);
 }
 
 constexpr int kLinearSplit = 2;
@@ -405,14 +321,11 @@ __global__ void __launch_bounds__(kThreads, 4) decode_linear(const Params p) {
   using geglu_cuda::to_float;
   using L = Layout<kLinearSplit, 1>;
   const int64_t row0 = int64_t(blockIdx.x) * L::kUnits;
-  const WarpSums<NarrowTile> sums = stream_rows<T, NarrowTile, kLinearSplit, 1>(p, row0);
-  if (threadIdx.x >= L::kUnits * L::kMaxM) return;
-  const int token = threadIdx.x % L::kMaxM, r = threadIdx.x / L::kMaxM;
+  const auto warp_sums = stream_rows<T, kLinearSplit, 1>(p, row0);
+  int r, token;
+  if (!epilogue_output<L>(p, row0, r, token)) return;
   const int64_t col = row0 + r;
-  if (token >= p.M || col >= p.rows) return;
-  float y = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kLinearSplit; ++s) y += sums.sum(0, 0, s * L::kSegRows + r, s * p.M + token);
+  float y = unit_sum<kLinearSplit, 1>(warp_sums, 0, r, token, p.M);
   if (p.bias[0]) y += to_float(static_cast<const T*>(p.bias[0])[col]);
   if (p.residual) y += to_float(static_cast<const T*>(p.residual)[token * p.ldr + col]);
   static_cast<T*>(p.out)[token * p.ldo + col] = geglu_cuda::from_float<T>(y);
@@ -440,27 +353,14 @@ int check_problem(int64_t M, int64_t max_m, int64_t K, int64_t ldx, int64_t ldw,
 // K cut into `split` segments of whole 16-byte words (K is a multiple of 8).
 int segment_length(int64_t K, int split) { return int(((K + split - 1) / split + 7) / 8 * 8); }
 
-using Raised = std::atomic<bool>[sm90_launcher::kMaxDevices];
-
-// Launches `kernel` over the rows with tile Tl's ring. A ring past the default 48 KB needs
-// the kernel's limit raised first, once per device (`raised` records it).
-template <class Tl>
-int launch(Kernel kernel, int units_per_block, Params p, void* stream, Raised* raised = nullptr) {
+int launch(Kernel kernel, int units_per_block, Params p, void* stream) {
   int device = 0;
   if (sm90_launcher::current_sm90_device(&device) == nullptr) return GEGLU_SM90_ERR_DEVICE;
   if (p.M == 0) return GEGLU_SM90_OK;
-  cudaError_t e = cudaSuccess;
-  if (Tl::kRingBytes > 48 * 1024 && !(*raised)[device].load(std::memory_order_acquire)) {
-    e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Tl::kRingBytes);
-    if (e == cudaSuccess) (*raised)[device].store(true, std::memory_order_release);
-  }
-  if (e == cudaSuccess) {
-    void* args[] = {&p};
-    const unsigned blocks = unsigned((p.rows + units_per_block - 1) / units_per_block);  // < 2^29
-    e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(blocks), dim3(kThreads), args, Tl::kRingBytes,
-                         static_cast<cudaStream_t>(stream));
-  }
+  void* args[] = {&p};
+  const unsigned blocks = unsigned((p.rows + units_per_block - 1) / units_per_block);  // < 2^29
+  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(blocks), dim3(kThreads), args,
+                                         kRingBytes, static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess) {
     sm90_launcher::record_cuda_error(e);
     return GEGLU_SM90_ERR_CUDA;
@@ -479,6 +379,8 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
   if (status != GEGLU_SM90_OK) return status;
   if (!aligned(b_gate, 2) || !aligned(b_up, 2)) return GEGLU_SM90_ERR_ALIGN;
   const int index = (dtype == GEGLU_SM90_BF16 ? 0 : 2) + (approximate != 0 ? 1 : 0);
+  const Kernel kernels[4] = {decode_gate_up<__nv_bfloat16, false>, decode_gate_up<__nv_bfloat16, true>,
+                             decode_gate_up<__half, false>, decode_gate_up<__half, true>};
   Params p = {};
   p.x = x;
   p.w[0] = w_gate;
@@ -489,18 +391,7 @@ extern "C" int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, in
   p.ldx = ldx, p.ldw = ldw, p.ldo = ldo;
   p.K = int(K), p.seg_len = int(K);
   p.M = int(M), p.rows = int(H);
-  if (M < kWideFrom) {
-    using Tl = NarrowTile;
-    const Kernel kernels[4] = {decode_gate_up<__nv_bfloat16, Tl, 6, false>, decode_gate_up<__nv_bfloat16, Tl, 6, true>,
-                               decode_gate_up<__half, Tl, 6, false>, decode_gate_up<__half, Tl, 6, true>};
-    return launch<Tl>(kernels[index], Layout<1, 2>::kUnits * Tl::kRowTilesN, p, stream);
-  }
-  using Tl = WideTile;
-  constexpr int kB = GEGLU_WIDE_BLOCKS;
-  const Kernel kernels[4] = {decode_gate_up<__nv_bfloat16, Tl, kB, false>, decode_gate_up<__nv_bfloat16, Tl, kB, true>,
-                             decode_gate_up<__half, Tl, kB, false>, decode_gate_up<__half, Tl, kB, true>};
-  static Raised raised[4];
-  return launch<Tl>(kernels[index], Layout<1, 2>::kUnits * Tl::kRowTilesN, p, stream, &raised[index]);
+  return launch(kernels[index], Layout<1, 2>::kUnits, p, stream);
 }
 
 extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w,
@@ -522,7 +413,7 @@ extern "C" int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int
   p.ldx = ldx, p.ldw = ldw, p.ldo = ldo, p.ldr = ldr;
   p.K = int(K), p.seg_len = segment_length(K, kLinearSplit);
   p.M = int(M), p.rows = int(N);
-  return launch<NarrowTile>(kernel, Layout<kLinearSplit, 1>::kUnits, p, stream);
+  return launch(kernel, Layout<kLinearSplit, 1>::kUnits, p, stream);
 }
 
 extern "C" int64_t geglu_decode_sm90_linear_max_n(void) {
@@ -536,7 +427,7 @@ extern "C" int64_t geglu_decode_sm90_linear_max_n(void) {
     // One query for both dtypes: their kernels differ only in the mma's PTX type.
     int per_sm = 0;
     const cudaError_t e =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_linear<__nv_bfloat16>, kThreads, NarrowTile::kRingBytes);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_linear<__nv_bfloat16>, kThreads, kRingBytes);
     if (e != cudaSuccess) {
       sm90_launcher::record_cuda_error(e);
       return 0;

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-enum { GEGLU_DECODE_MAX_M = 16, GEGLU_DECODE_LINEAR_MAX_M = 4 };
+enum { GEGLU_DECODE_MAX_M = 8, GEGLU_DECODE_LINEAR_MAX_M = 4 };
 
 int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, int64_t ldx,
                               const void* w_gate, const void* w_up, int64_t ldw,

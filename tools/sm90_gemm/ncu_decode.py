@@ -25,6 +25,5 @@ x = torch.randn(a.m, d, device="cuda").to(bf)
 h = torch.empty(a.m, H, device="cuda", dtype=bf)
 y = torch.empty(a.m, d, device="cuda", dtype=bf)
 assert dec.gate_up(x, wm[:H], wm[H:], h) == 0
-if a.m <= 4:  # the linear's token limit
-    assert dec.linear(h, wd, y) == 0
+assert dec.linear(h, wd, y) == 0
 torch.cuda.synchronize()
