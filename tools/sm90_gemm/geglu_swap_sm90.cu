@@ -1,0 +1,389 @@
+// Swap-AB fused GeGLU gate/up for Hopper (sm_90a) at a few tokens: an experiment.
+//
+//   out[m, h] = gelu(x[m] . Wg[h] + bg[h]) * (x[m] . Wu[h] + bu[h])
+//
+// The GEMM CUTLASS sees has the weights on the wgmma's 128-row side and the tokens on its
+// 16-wide side (the engine puts the tokens on a 64-row side, 3/4 of it empty at 16
+// tokens). A tile is 64 hidden units: the producer loads their gate rows into smem A rows
+// [0, 64) and their up rows into [64, 128) through two TMA descriptors (the engine's
+// GegluMainloopSm90 with A and B exchanged), so the one consumer warpgroup of a
+// pingpong tile holds two m64 accumulators, gate and up of the same unit in the same
+// registers of the same thread. Problem M = 2H (ceil(2H / 128) = ceil(H / 64) tiles),
+// N = tokens.
+//
+// Why: the swap-AB CUTLASS linear (linear_sm90.cu) read gate and up, as a batch of two,
+// at 93-95% of the read bandwidth at Gemma-7B and 16 tokens on the H100, against 88-90%
+// for the engine and 89-91% for cuBLAS's merged GEMM (results/linear_sm90_h100.log).
+//
+// Build: tools/sm90_gemm/build_lib.sh tools/sm90_gemm/geglu_swap_sm90.cu libgeglu_swap_sm90
+// Check and time: tools/sm90_gemm/check_decode.py --swap-lib .sm90dev/libgeglu_swap_sm90.so
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/gemm/gemm.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/detail.hpp"
+
+#include "geglu_gemm_sm90.h"  // status codes, dtypes
+#include "gelu_math.cuh"
+#include "sm90_launcher.cuh"
+
+namespace geglu_swap {
+
+using namespace cute;
+
+// Mainloop: the stock sm90 warp-specialized TMA mainloop, A (the weights) from two
+// descriptors, half a tile each.
+template <class Base>
+struct SwapMainloop : Base {
+  using typename Base::TileShape;
+  using typename Base::ElementA;
+  using typename Base::StrideA;
+  using typename Base::StrideB;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutAtomA;
+  using typename Base::GmemTiledCopyA;
+  using typename Base::GmemTiledCopyB;
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::TensorStorage;
+  using typename Base::InternalElementA;
+  using typename Base::InternalElementB;
+  using typename Base::ElementB;
+  using ClusterShape = typename Base::DispatchPolicy::ClusterShape;
+
+  static constexpr int BM = size<0>(TileShape{});
+  static constexpr int BN = size<1>(TileShape{});
+  static constexpr int BK = size<2>(TileShape{});
+  static constexpr int BH = BM / 2;  // hidden units per tile
+  static_assert(BK * sizeof_bits_v<ElementA> == 64 * 16,
+                "one 128B swizzle atom per row in K: each half tile is then contiguous in smem");
+  using TileShapeHalf = Shape<Int<BH>, Int<BN>, Int<BK>>;
+  using SmemLayoutAHalf = decltype(tile_to_shape(SmemLayoutAtomA{}, make_shape(Int<BH>{}, Int<BK>{})));
+  static constexpr int kStageElemsA = BM * BK;
+  static constexpr int kHalfElemsA = BH * BK;
+  static_assert(cosize_v<SmemLayoutAHalf> == kHalfElemsA, "half tile must be dense");
+  static_assert(SmemLayoutA{}(0, 0, 1) == kStageElemsA, "stage stride of A smem");
+  static_assert(SmemLayoutA{}(BH, 0, 0) == kHalfElemsA, "up half of A smem starts at BH*BK");
+  static_assert(SmemLayoutA{}(BH + 9, 17, 0) == kHalfElemsA + SmemLayoutAHalf{}(9, 17),
+                "up half of A smem has the half-tile layout");
+
+  struct Arguments {
+    ElementA const* ptr_Ag;  // gate weight [H, K], row stride get<0>(dA)
+    ElementA const* ptr_Au;  // up weight   [H, K], same strides
+    StrideA dA;
+    ElementB const* ptr_B;   // x [M, K]
+    StrideB dB;
+  };
+
+  using TMA_AH = decltype(make_tma_copy_A_sm90(
+      GmemTiledCopyA{},
+      make_tensor(static_cast<InternalElementA const*>(nullptr), repeat_like(StrideA{}, int32_t(0)), StrideA{}),
+      SmemLayoutAHalf{}, TileShapeHalf{}, ClusterShape{}));
+
+  struct Params : Base::Params {
+    TMA_AH tma_load_ag;
+    TMA_AH tma_load_au;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
+    auto [M2, N, K, L] = append<4>(problem_shape, 1);
+    auto H = M2 / 2;
+    auto ptr_Ag = reinterpret_cast<InternalElementA const*>(args.ptr_Ag);
+    auto ptr_Au = reinterpret_cast<InternalElementA const*>(args.ptr_Au);
+    auto ptr_B = reinterpret_cast<InternalElementB const*>(args.ptr_B);
+    Tensor tensor_ag = make_tensor(ptr_Ag, make_layout(make_shape(H, K, L), args.dA));
+    Tensor tensor_au = make_tensor(ptr_Au, make_layout(make_shape(H, K, L), args.dA));
+    Tensor tensor_b = make_tensor(ptr_B, make_layout(make_shape(N, K, L), args.dB));
+    Params p;
+    p.tma_load_b = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_b, typename Base::SmemLayoutB{}(_, _, Int<0>{}),
+                                        TileShape{}, ClusterShape{});
+    p.tma_load_ag = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_ag, SmemLayoutAHalf{}, TileShapeHalf{},
+                                         ClusterShape{});
+    p.tma_load_au = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_au, SmemLayoutAHalf{}, TileShapeHalf{},
+                                         ClusterShape{});
+    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;  // both halves together
+    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;
+    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    return p;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;  // the launcher checks alignment
+  }
+
+  CUTLASS_DEVICE
+  static void prefetch_tma_descriptors(Params const& p) {
+    cute::prefetch_tma_descriptor(p.tma_load_ag.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_load_au.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_load_b.get_tma_descriptor());
+  }
+
+  // Returns (gAg_mkl, gAu_mkl, gB_nkl): ceil(H / BH) m tiles, the scheduler's ceil(2H / BM).
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
+    using X = Underscore;
+    auto [M2, N, K, L] = problem_shape_MNKL;
+    auto H = M2 / 2;
+    Tensor mAg = p.tma_load_ag.get_tma_tensor(make_shape(H, K, L));
+    Tensor mAu = p.tma_load_au.get_tma_tensor(make_shape(H, K, L));
+    Tensor mB = p.tma_load_b.get_tma_tensor(make_shape(N, K, L));
+    Tensor gAg = local_tile(mAg, TileShapeHalf{}, make_coord(_, _, _), Step<_1, X, _1>{});
+    Tensor gAu = local_tile(mAu, TileShapeHalf{}, make_coord(_, _, _), Step<_1, X, _1>{});
+    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});
+    return cute::make_tuple(gAg, gAu, gB);
+  }
+
+  template <class TensorAg, class TensorAu, class TensorB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& p, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           cute::tuple<TensorAg, TensorAu, TensorB> const& load_inputs,
+                           BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count,
+                           int thread_idx, uint32_t block_rank_in_cluster, TensorStorage& shared_tensors) {
+    (void)thread_idx;
+    (void)block_rank_in_cluster;
+    static_assert(size(ClusterShape{}) == 1, "no multicast");
+    int lane_predicate = cute::elect_one_sync();
+    if (!lane_predicate) return;
+    auto* smem_a = shared_tensors.smem_A.data();
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
+    auto block_tma_ag = p.tma_load_ag.get_slice(0);
+    auto block_tma_au = p.tma_load_au.get_slice(0);
+    auto block_tma_b = p.tma_load_b.get_slice(0);
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    Tensor gAg = get<0>(load_inputs)(_, _, m_coord, _, l_coord);  // (BH, BK, k)
+    Tensor gAu = get<1>(load_inputs)(_, _, m_coord, _, l_coord);
+    Tensor gB = get<2>(load_inputs)(_, _, n_coord, _, l_coord);   // (BN, BK, k)
+    Tensor tAgAg = block_tma_ag.partition_S(gAg);
+    Tensor tAgAu = block_tma_au.partition_S(gAu);
+    Tensor tBgB = block_tma_b.partition_S(gB);
+    Tensor tBsB = block_tma_b.partition_D(sB);
+    Tensor sAg0 = make_tensor(make_smem_ptr(smem_a), SmemLayoutAHalf{});
+    Tensor sAu0 = make_tensor(make_smem_ptr(smem_a + kHalfElemsA), SmemLayoutAHalf{});
+    Tensor tAsAg0 = block_tma_ag.partition_D(sAg0);
+    Tensor tAsAu0 = block_tma_au.partition_D(sAu0);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      pipeline.producer_acquire(smem_pipe_write);
+      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
+      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
+      int stage = smem_pipe_write.index();
+      int k = *k_tile_iter;
+      Tensor dAg = make_tensor(tAsAg0.data() + stage * kStageElemsA, tAsAg0.layout());
+      Tensor dAu = make_tensor(tAsAu0.data() + stage * kStageElemsA, tAsAu0.layout());
+      copy(p.tma_load_ag.with(*tma_barrier, 0), tAgAg(_, _, _, k), dAg);
+      copy(p.tma_load_au.with(*tma_barrier, 0), tAgAu(_, _, _, k), dAu);
+      copy(p.tma_load_b.with(*tma_barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+      ++k_tile_iter;
+      ++smem_pipe_write;
+    }
+  }
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& p) {
+    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
+              static_cast<typename Base::Params const&>(p));
+  }
+};
+
+// Epilogue, register level: accumulator rows [0, BH) are gate, [BH, 2BH) up of the same
+// units; the output is transposed (out[token][unit]), one 2-byte store per value.
+template <class Element_>
+class SwapEpilogue {
+ public:
+  using Element = Element_;
+  using ElementC = Element;
+  using ElementD = Element;
+  using StrideC = cute::Stride<cute::Int<1>, int64_t, int64_t>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
+  struct Arguments {
+    Element* ptr_out = nullptr;
+    int64_t ldo = 0;
+    Element const* bias_g = nullptr;
+    Element const* bias_u = nullptr;
+    int approximate = 1;
+  };
+  using Params = Arguments;
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+  CUTLASS_HOST_DEVICE SwapEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : params(params_) {}
+  CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
+                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
+                                 int thread_idx, char*) {
+    if (params.approximate) {
+      apply<true>(problem_shape_mnkl, blk_coord_mnkl, acc, tiled_mma, thread_idx);
+    } else {
+      apply<false>(problem_shape_mnkl, blk_coord_mnkl, acc, tiled_mma, thread_idx);
+    }
+  }
+
+ private:
+  template <bool kTanh, class ProblemShapeMNKL, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma>
+  CUTLASS_DEVICE void apply(ProblemShapeMNKL problem_shape_mnkl, BlockCoordMNKL blk_coord_mnkl,
+                            cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, int thread_idx) {
+    static_assert(rank(FrgLayout{}) == 3, "accumulator (V, MMA_M, MMA_N)");
+    static_assert(size<1>(FrgLayout{}) == 2, "two m64 atoms: gate rows, then up rows");
+    static_assert(size<2>(FrgLayout{}) == 1, "one atom spans the N tile");
+    constexpr int BM = 128, BN = 8 * size<0, 2>(FrgLayout{});
+    const int H = int(get<0>(problem_shape_mnkl)) / 2;
+    const int M = int(get<1>(problem_shape_mnkl));
+    const int h0 = int(get<0>(blk_coord_mnkl)) * (BM / 2);
+    const int n0 = int(get<1>(blk_coord_mnkl)) * BN;
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor cT = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));
+    Tensor tC = thr_mma.partition_C(cT);
+    Element* __restrict__ out = params.ptr_out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size<0>(FrgLayout{}); ++i) {
+      const int h = h0 + int(get<0>(tC(i, 0, 0)));
+      const int n = n0 + int(get<1>(tC(i, 0, 0)));
+      if (h < H && n < M) {
+        float g = acc(i, 0, 0), u = acc(i, 1, 0);
+        if (params.bias_g) g += float(params.bias_g[h]);
+        if (params.bias_u) u += float(params.bias_u[h]);
+        out[int64_t(n) * params.ldo + h] = Element(geglu_cuda::gelu<kTanh>(g) * u);
+      }
+    }
+  }
+  Params params;
+};
+
+template <class Element, int BN, class Schedule>
+struct SwapGemm {
+  using TileShape = Shape<_128, Int<BN>, _64>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using Epilogue = SwapEpilogue<Element>;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
+  using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      Element, cutlass::layout::RowMajor, 8,     // A = W [2H, K] (two halves), K contiguous
+      Element, cutlass::layout::ColumnMajor, 8,  // B = x [M, K], K contiguous
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>,
+      Schedule>::CollectiveOp;
+  using Mainloop = SwapMainloop<MainloopBase>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+};
+
+struct LaunchArgs {
+  const void* x;
+  int64_t M, K, ldx;
+  const void* wg;
+  const void* wu;
+  int64_t ldw;
+  const void* bg;
+  const void* bu;
+  void* out;
+  int64_t H, ldo;
+  int approximate;
+  int raster;
+};
+
+template <class Gemm>
+int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
+  using Kernel = typename Gemm::Kernel;
+  using Element = typename Gemm::Epilogue::Element;
+  auto make_arguments = [device, sm_count](LaunchArgs const& a) {
+    typename Kernel::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = make_shape(int(2 * a.H), int(a.M), int(a.K), 1);
+    auto& ml = args.mainloop;
+    ml.ptr_Ag = static_cast<Element const*>(a.wg);
+    ml.ptr_Au = static_cast<Element const*>(a.wu);
+    ml.dA = make_stride(a.ldw, Int<1>{}, a.H * a.ldw);
+    ml.ptr_B = static_cast<Element const*>(a.x);
+    ml.dB = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
+    auto& ep = args.epilogue;
+    ep.ptr_out = static_cast<Element*>(a.out);
+    ep.ldo = a.ldo;
+    ep.bias_g = static_cast<Element const*>(a.bg);
+    ep.bias_u = static_cast<Element const*>(a.bu);
+    ep.approximate = a.approximate;
+    args.hw_info.device_id = device;
+    args.hw_info.sm_count = sm_count;
+    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.raster_order = a.raster == 1 ? Raster::AlongM : a.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+    return args;
+  };
+  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs>::run(a, device, stream, make_arguments));
+}
+
+using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+
+#ifndef GEGLU_SWAP_BN
+#define GEGLU_SWAP_BN 16
+#endif
+
+template <class Element>
+int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
+  switch (config) {
+    case 0: return run<SwapGemm<Element, GEGLU_SWAP_BN, KernelTmaWarpSpecializedPingpong>>(a, device, sm_count, stream);
+    default: return GEGLU_SM90_ERR_CONFIG;
+  }
+}
+
+}  // namespace geglu_swap
+
+extern "C" int geglu_swap_sm90(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate, const void* w_up,
+                               int64_t ldw, const void* b_gate, const void* b_up, void* out, int64_t H, int64_t ldo,
+                               int dtype, int approximate, int config, void* stream) {
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+  if (M < 0 || K < 1 || H < 1 || M > kMax || K > kMax || 2 * H > kMax) return GEGLU_SM90_ERR_SHAPE;
+  if (ldx < K || ldw < K || ldo < H) return GEGLU_SM90_ERR_SHAPE;
+  if (M == 0) return GEGLU_SM90_OK;
+  if ((K * 2) % 16 || (ldx * 2) % 16 || (ldw * 2) % 16) return GEGLU_SM90_ERR_STRIDE;
+  auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
+  if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || out == nullptr) return GEGLU_SM90_ERR_ALIGN;
+  int device = 0;
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  geglu_swap::LaunchArgs a;
+  std::memset(&a, 0, sizeof a);
+  a.x = x, a.M = M, a.K = K, a.ldx = ldx;
+  a.wg = w_gate, a.wu = w_up, a.ldw = ldw, a.bg = b_gate, a.bu = b_up;
+  a.out = out, a.H = H, a.ldo = ldo;
+  a.approximate = approximate ? 1 : 0;
+  a.raster = (config >> 12) & 0xf;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == GEGLU_SM90_BF16) return geglu_swap::dispatch<cutlass::bfloat16_t>(config & 0xff, a, device, info->sm_count, s);
+  return geglu_swap::dispatch<cutlass::half_t>(config & 0xff, a, device, info->sm_count, s);
+}
