@@ -1,14 +1,17 @@
-"""Check and time the swap-AB fused gate/up (geglu_swap_sm90.cu, built as
-.sm90dev/libgeglu_swap_sm90.so by `build_lib.sh tools/sm90_gemm/geglu_swap_sm90.cu
-libgeglu_swap_sm90`) against the engine's small-M tile (the op's route at 5-64 tokens),
-cuBLAS's merged GEMM (with and without torch's GeGLU after it) and the decode kernel.
+"""Check and time the swap-AB gate/up (geglu_kernels/cuda/geglu_swapab_sm90.cu, built as
+.sm90dev/libgeglu_swapab_sm90.so by `build_lib.sh geglu_kernels/cuda/geglu_swapab_sm90.cu
+libgeglu_swapab_sm90`) against the engine's small-M tile (the op's route above 32 tokens),
+cuBLAS's merged GEMM (with and without torch's GeGLU after it); the MLP rows pair each
+gate/up with the down projection the op runs after it (with --decode-lib, the decode
+linear at 1-4 tokens; cuBLAS's addmm above). With --decode-lib at 1-4 tokens, the decode gate/up
+kernel and its MLP too.
 
 Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN, M = 1..64
 over odd (multiple-of-8) K and any H, biases, padded strides, a merged weight read in
 place with the up rows first, tanh and exact GELU, bf16 and fp16.
 Timing: CUDA graphs, medians of 5 interleaved rounds, weights larger than L2.
 
-    python tools/sm90_gemm/check_swap.py [--out DIR] [--lib PATH] [--lib-b PATH]
+    python tools/sm90_gemm/check_swap.py [--out DIR] [--lib PATH] [--lib-b PATH] [--decode-lib PATH]
 """
 
 from __future__ import annotations
@@ -32,14 +35,14 @@ class Swap:
     def __init__(self, path):
         L = self.L = ctypes.CDLL(path)
         i64, vp, ci = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-        L.geglu_swap_sm90.argtypes = [vp, i64, i64, i64, vp, vp, i64, vp, vp, vp, i64, i64, ci, ci, ci, vp]
+        L.geglu_swapab_sm90.argtypes = [vp, i64, i64, i64, vp, vp, i64, vp, vp, vp, i64, i64, ci, ci, vp]
 
-    def __call__(self, x, wg, wu, out, bg=None, bu=None, tanh=True, config=0):
+    def __call__(self, x, wg, wu, out, bg=None, bu=None, tanh=True):
         s = torch.cuda.current_stream().cuda_stream
         p = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-        return self.L.geglu_swap_sm90(
+        return self.L.geglu_swapab_sm90(
             x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), wg.data_ptr(), wu.data_ptr(), wg.stride(0),
-            p(bg), p(bu), out.data_ptr(), wg.shape[0], out.stride(0), DT[x.dtype], int(tanh), config, s)
+            p(bg), p(bu), out.data_ptr(), wg.shape[0], out.stride(0), DT[x.dtype], int(tanh), s)
 
 
 def padded(rows, cols, pad, dtype, scale=1.0):
@@ -98,7 +101,7 @@ def check(swap):
     return fails
 
 
-def bench(swap, gemm, swap_b=None):
+def bench(swap, gemm, swap_b=None, dec=None):
     res = {}
     big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
     rd = graph_time(lambda: big.view(torch.int64).sum(), reps=5)
@@ -106,15 +109,21 @@ def bench(swap, gemm, swap_b=None):
     log(f"read bandwidth (int64 sum of 1 GiB): {bw_read / 1e12:.3f} TB/s")
     del big
     bf = torch.bfloat16
-    shapes = (("gemma2b", 2048, 16384), ("gemma7b", 3072, 24576), ("gemma2-9b", 3584, 14336))
+    shapes = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b", 3072, 24576),
+              ("gemma2-9b", 3584, 14336), ("gemma2-27b", 4608, 36864))
     if os.environ.get("SWAP_SHAPES"):
         shapes = tuple(s for s in shapes if s[0] in os.environ["SWAP_SHAPES"].split(","))
     for name, d, H in shapes:
         wm = torch.randn(2 * H, d, device="cuda").mul_(d ** -0.5).to(bf)
         wg, wu = wm[:H], wm[H:]
+        wd = torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(bf)
         for M in tuple(int(m) for m in os.environ.get("SWAP_TOKENS", "1,4,8,16,32,64").split(",")):
             x = torch.randn(M, d, device="cuda").to(bf)
+            r = torch.randn(M, d, device="cuda").to(bf)
             hh = torch.empty(M, H, device="cuda", dtype=bf)
+            yy = torch.empty(M, d, device="cuda", dtype=bf)
+            small = dec is not None and M <= 4
+            down = (lambda: dec.linear(hh, wd, yy, residual=r)) if small else (lambda: torch.addmm(r, hh, wd.t()))
 
             def cublas_geglu():
                 gu = torch.mm(x, wm.t())
@@ -129,12 +138,19 @@ def bench(swap, gemm, swap_b=None):
                 cands["swap-AB fused [B]"] = lambda: swap_b(x, wg, wu, hh)
             if gemm is not None:
                 cands["engine (op's pick)"] = lambda: gemm(x, wg, wu, None, None, hh, True, -1)
+            if small:
+                cands["decode gate/up"] = lambda: dec.gate_up(x, wg, wu, hh)
+                cands["MLP decode gate/up + decode linear"] = lambda: (dec.gate_up(x, wg, wu, hh), down())
+            elif gemm is not None:
+                cands["MLP engine + addmm"] = lambda: (gemm(x, wg, wu, None, None, hh, True, -1), down())
+            cands["MLP swap-AB + " + ("decode linear" if small else "addmm")] = lambda: (swap(x, wg, wu, hh), down())
             samples = graph_rounds(cands)
             floor = 2 * d * H * 2 / bw_read * 1e6
-            log(f"{name} M={M}: read-bandwidth floor {floor:.1f} us")
+            log(f"{name} M={M}: read-bandwidth floor: gate/up {floor:.1f} us, MLP {1.5 * floor:.1f} us")
             for k, v in samples.items():
                 med = statistics.median(v)
-                log(f"  {k:28s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {floor / med:.0%} of read")
+                f = 1.5 * floor if k.startswith("MLP") else floor
+                log(f"  {k:40s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {f / med:.0%} of read")
                 res[f"{name} M={M} {k}"] = v
     return res
 
@@ -143,9 +159,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--no-bench", action="store_true")
-    ap.add_argument("--lib", default=os.path.join(ROOT, ".sm90dev", "libgeglu_swap_sm90.so"))
+    ap.add_argument("--lib", default=os.path.join(ROOT, ".sm90dev", "libgeglu_swapab_sm90.so"))
     ap.add_argument("--lib-b", help="a second build, timed beside --lib")
     ap.add_argument("--gemm-lib", default=os.path.join(ROOT, ".sm90dev", "libgeglu_gemm_sm90.so"))
+    ap.add_argument("--decode-lib", help="the decode kernels (check_decode.py's library)")
     a = ap.parse_args()
     swap = Swap(a.lib)
     log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
@@ -156,7 +173,12 @@ def main():
         from check_and_bench import Lib
 
         gemm = Lib(a.gemm_lib)
-    res = {} if a.no_bench else bench(swap, gemm, Swap(a.lib_b) if a.lib_b else None)
+    dec = None
+    if a.decode_lib:
+        from check_decode import Decode
+
+        dec = Decode(a.decode_lib)
+    res = {} if a.no_bench else bench(swap, gemm, Swap(a.lib_b) if a.lib_b else None, dec)
     save_results(a.out, "check_swap", res)
     raise SystemExit(1 if fails else 0)
 
