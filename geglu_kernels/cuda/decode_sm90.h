@@ -1,24 +1,23 @@
 #pragma once
-// The decode GEMMs of a GeGLU MLP on Hopper (sm_90a), plain C ABI (no torch, no CUDA
-// headers): weight streams for the token counts where they beat geglu_gemm_sm90.h's
-// wgmma tiles and cuBLAS (decode_sm90.cu has the design, docs/DESIGN.md the
-// measurements). The gate/up with the GeGLU epilogue, 1..8 tokens:
+// The down projection of a GeGLU MLP at decode on Hopper (sm_90a), plain C ABI (no torch,
+// no CUDA headers): a weight stream for the token counts where it beats cuBLAS's addmm
+// (decode_sm90.cu has the design, docs/DESIGN.md the measurements).
 //
-//   out[m, h] = gelu(x[m] . Wg[h] + bg[h]) * (x[m] . Wu[h] + bu[h])
+//   out[m, n] = x[m] . W[n] + bias[n] + residual[m, n]
 //
-// x [M, K] row-major (row stride ldx), Wg and Wu [H, K] row-major (nn.Linear layout, one
-// row stride ldw; any two pointers: a merged [2H, K] weight is w_gate = W, w_up =
-// W + H*ldw), out [M, H] (row stride ldo); strides in elements. bf16 or fp16 storage,
-// float32 accumulation and epilogue math, one rounding per output. Biases ([H], the same
-// dtype, contiguous) may be NULL. approximate: nonzero = tanh GELU, 0 = exact.
+// x [M, K] (row stride ldx), W [N, K] row-major (nn.Linear layout, row stride ldw), out
+// [M, N] (ldo); strides in elements. bias [N] and residual [M, N] (row stride ldr) may be
+// NULL. Each block reads 8 rows of W, each row cut at the middle of K into two segments
+// multiplied side by side, so the grid has N / 8 blocks with no reduction between them.
+// bf16 or fp16 storage, float32 accumulation and epilogue math, one rounding per output.
 //
 // Asynchronous on `stream` (a cudaStream_t); no host synchronization, no allocation,
 // CUDA-graph capturable. Returns GEGLU_SM90_OK (geglu_gemm_sm90.h's codes; also for
 // M == 0) or, having launched nothing, a status for geglu_gemm_sm90_status_string().
 //
-// Supported: 0 <= M <= GEGLU_DECODE_MAX_M, K >= 1 and H >= 1 (each < 2^31); K, ldx and ldw
-// multiples of 8 elements with x and the weights 16-byte aligned (out and the biases need
-// element alignment); a device of compute capability 9.0.
+// Supported: 0 <= M <= GEGLU_DECODE_LINEAR_MAX_M, K >= 1 and N >= 1 (each < 2^31); K, ldx
+// and ldw multiples of 8 elements with x and W 16-byte aligned (out, the bias and the
+// residual need element alignment); a device of compute capability 9.0.
 #include <stdint.h>
 
 #include "geglu_gemm_sm90.h"  // status codes and dtype values
@@ -27,24 +26,8 @@
 extern "C" {
 #endif
 
-enum { GEGLU_DECODE_MAX_M = 8, GEGLU_DECODE_LINEAR_MAX_M = 4 };
+enum { GEGLU_DECODE_LINEAR_MAX_M = 4 };
 
-int geglu_decode_sm90_gate_up(const void* x, int64_t M, int64_t K, int64_t ldx,
-                              const void* w_gate, const void* w_up, int64_t ldw,
-                              const void* b_gate, const void* b_up,
-                              void* out, int64_t H, int64_t ldo,
-                              int dtype, int approximate, void* stream);
-
-// The down projection for decode, the same weight stream:
-//
-//   out[m, n] = x[m] . W[n] + bias[n] + residual[m, n]
-//
-// x [M, K] (row stride ldx), W [N, K] row-major (row stride ldw), out [M, N] (ldo);
-// bias [N] and residual [M, N] (row stride ldr) may be NULL. Each block reads 8 rows of
-// W, each row cut at the middle of K into two segments multiplied side by side, so the
-// grid has N / 8 blocks with no reduction between them. Rounding, dtypes, asynchrony and
-// the rules on K, strides and alignment as above (the residual needs element
-// alignment); 0 <= M <= GEGLU_DECODE_LINEAR_MAX_M.
 int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx,
                              const void* w, int64_t ldw, const void* bias,
                              const void* residual, int64_t ldr,

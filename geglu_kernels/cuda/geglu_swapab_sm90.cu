@@ -1,22 +1,26 @@
-// Swap-AB fused GeGLU gate/up for Hopper (sm_90a) at a few tokens: an experiment.
+// The GeGLU gate/up for a few tokens on Hopper (sm_90a), swap-AB: CUTLASS 3.x collectives,
+// the kernel and its C launcher (geglu_swapab_sm90.h has the ABI).
 //
 //   out[m, h] = gelu(x[m] . Wg[h] + bg[h]) * (x[m] . Wu[h] + bu[h])
 //
-// The GEMM CUTLASS sees has the weights on the wgmma's 128-row side and the tokens on its
-// 16-wide side (the engine puts the tokens on a 64-row side, 3/4 of it empty at 16
-// tokens). A tile is 64 hidden units: the producer loads their gate rows into smem A rows
-// [0, 64) and their up rows into [64, 128) through two TMA descriptors (the engine's
-// GegluMainloopSm90 with A and B exchanged), so the one consumer warpgroup of a
-// pingpong tile holds two m64 accumulators, gate and up of the same unit in the same
-// registers of the same thread. Problem M = 2H (ceil(2H / 128) = ceil(H / 64) tiles),
-// N = tokens.
-//
-// Why: the swap-AB CUTLASS linear (linear_sm90.cu) read gate and up, as a batch of two,
-// at 93-95% of the read bandwidth at Gemma-7B and 16 tokens on the H100, against 88-90%
-// for the engine and 89-91% for cuBLAS's merged GEMM (results/linear_sm90_h100.log).
-//
-// Build: tools/sm90_gemm/build_lib.sh tools/sm90_gemm/geglu_swap_sm90.cu libgeglu_swap_sm90
-// Check and time: tools/sm90_gemm/check_decode.py --swap-lib .sm90dev/libgeglu_swap_sm90.so
+// At a few tokens the gate/up is a weight read (Gemma-7B: 302 MB for 0.15 GFLOP per
+// token), and the engine (geglu_gemm_sm90.cu) puts the tokens on the wgmma's 64-row side,
+// most of it empty. Here the GEMM CUTLASS sees has the weights on the 128-row side and the
+// tokens on the 16-wide one: D[2H, M] = W x^T, problem (2H, M, K).
+// - Mainloop (SwapAbMainloop): the stock sm90 warp-specialized TMA mainloop with A read
+//   through two descriptors. A tile is 64 hidden units: each k-step the producer loads
+//   their gate rows into smem A rows [0, 64) and their up rows into [64, 128) (the
+//   engine's GegluMainloopSm90 with A and B exchanged). Rows past H are zero-filled by TMA
+//   per descriptor, so H needs no alignment to the tile; ceil(2H / 128) scheduler tiles
+//   are the ceil(H / 64) unit blocks.
+// - Pingpong schedule, 128 x 16 x 64 tile: the one consumer warpgroup of a tile holds two
+//   m64 accumulators, the gate and the up of the same unit in the same registers of the
+//   same thread (a cooperative tile would split them over its two warpgroups).
+// - Epilogue (SwapAbEpilogue), register level: bias, GELU and product in float32, one
+//   rounding, written transposed (out[token][unit]) with 2-byte stores: the output is
+//   16 tokens x H, a few hundred KB against the weights' hundreds of MB.
+// Measured against the engine, cuBLAS and the decode kernels it replaced at 1-4 tokens:
+// docs/DESIGN.md, "The swap-AB gate/up".
 
 #include <cuda_runtime.h>
 
@@ -33,18 +37,18 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "geglu_gemm_sm90.h"  // status codes, dtypes
+#include "geglu_swapab_sm90.h"
 #include "gelu_math.cuh"
 #include "sm90_launcher.cuh"
 
-namespace geglu_swap {
+namespace geglu_swapab {
 
 using namespace cute;
 
-// Mainloop: the stock sm90 warp-specialized TMA mainloop, A (the weights) from two
-// descriptors, half a tile each.
+// Mainloop: the stock sm90 warp-specialized TMA mainloop (its smem layouts, pipeline and
+// consumer loop as they are), A (the weights) from two descriptors, half a tile each.
 template <class Base>
-struct SwapMainloop : Base {
+struct SwapAbMainloop : Base {
   using typename Base::TileShape;
   using typename Base::ElementA;
   using typename Base::StrideA;
@@ -197,10 +201,11 @@ struct SwapMainloop : Base {
   }
 };
 
-// Epilogue, register level: accumulator rows [0, BH) are gate, [BH, 2BH) up of the same
-// units; the output is transposed (out[token][unit]), one 2-byte store per value.
+// Epilogue, register level: accumulator rows [0, 64) are the gate, [64, 128) the up of
+// the same units (MMA_M index 0 and 1 of the same fragment element); the output is
+// transposed (out[token][unit]), one 2-byte store per value.
 template <class Element_>
-class SwapEpilogue {
+class SwapAbEpilogue {
  public:
   using Element = Element_;
   using ElementC = Element;
@@ -236,7 +241,7 @@ class SwapEpilogue {
   static bool can_implement(ProblemShape const&, Arguments const&) {
     return true;
   }
-  CUTLASS_HOST_DEVICE SwapEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : params(params_) {}
+  CUTLASS_HOST_DEVICE SwapAbEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : params(params_) {}
   CUTLASS_DEVICE bool is_source_needed() { return false; }
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
@@ -283,11 +288,13 @@ class SwapEpilogue {
   Params params;
 };
 
-template <class Element, int BN, class Schedule>
-struct SwapGemm {
-  using TileShape = Shape<_128, Int<BN>, _64>;
+// 16 tokens per tile: at 64 tokens it lost to the engine (Gemma-7B 86.7 against 76.4 us;
+// with 32, 76.9), and the op takes it up to 32 tokens (results/h200/swap/).
+template <class Element>
+struct SwapAbGemm {
+  using TileShape = Shape<_128, _16, _64>;
   using ClusterShape = Shape<_1, _1, _1>;
-  using Epilogue = SwapEpilogue<Element>;
+  using Epilogue = SwapAbEpilogue<Element>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -296,8 +303,8 @@ struct SwapGemm {
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>,
-      Schedule>::CollectiveOp;
-  using Mainloop = SwapMainloop<MainloopBase>;
+      cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
+  using Mainloop = SwapAbMainloop<MainloopBase>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
                                                       cutlass::gemm::PersistentScheduler>;
 };
@@ -313,7 +320,6 @@ struct LaunchArgs {
   void* out;
   int64_t H, ldo;
   int approximate;
-  int raster;
 };
 
 template <class Gemm>
@@ -338,52 +344,41 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
     ep.approximate = a.approximate;
     args.hw_info.device_id = device;
     args.hw_info.sm_count = sm_count;
-    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
-    args.scheduler.raster_order = a.raster == 1 ? Raster::AlongM : a.raster == 2 ? Raster::AlongN : Raster::Heuristic;
     return args;
   };
   return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs>::run(a, device, stream, make_arguments));
 }
 
-using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+}  // namespace geglu_swapab
 
-#ifndef GEGLU_SWAP_BN
-#define GEGLU_SWAP_BN 16
-#endif
-
-template <class Element>
-int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  switch (config) {
-    case 0: return run<SwapGemm<Element, GEGLU_SWAP_BN, KernelTmaWarpSpecializedPingpong>>(a, device, sm_count, stream);
-    default: return GEGLU_SM90_ERR_CONFIG;
-  }
-}
-
-}  // namespace geglu_swap
-
-extern "C" int geglu_swap_sm90(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate, const void* w_up,
-                               int64_t ldw, const void* b_gate, const void* b_up, void* out, int64_t H, int64_t ldo,
-                               int dtype, int approximate, int config, void* stream) {
+extern "C" int geglu_swapab_sm90(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate,
+                                 const void* w_up, int64_t ldw, const void* b_gate, const void* b_up, void* out,
+                                 int64_t H, int64_t ldo, int dtype, int approximate, void* stream) {
   if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
   constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+  // 2H is the problem M (int32).
   if (M < 0 || K < 1 || H < 1 || M > kMax || K > kMax || 2 * H > kMax) return GEGLU_SM90_ERR_SHAPE;
   if (ldx < K || ldw < K || ldo < H) return GEGLU_SM90_ERR_SHAPE;
   if (M == 0) return GEGLU_SM90_OK;
   if ((K * 2) % 16 || (ldx * 2) % 16 || (ldw * 2) % 16) return GEGLU_SM90_ERR_STRIDE;
-  auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || out == nullptr) return GEGLU_SM90_ERR_ALIGN;
+  auto misaligned = [](const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) != 0; };
+  if (x == nullptr || w_gate == nullptr || w_up == nullptr || out == nullptr) return GEGLU_SM90_ERR_ALIGN;
+  if (misaligned(x, 16) || misaligned(w_gate, 16) || misaligned(w_up, 16) || misaligned(out, 2) ||
+      misaligned(b_gate, 2) || misaligned(b_up, 2)) {
+    return GEGLU_SM90_ERR_ALIGN;
+  }
   int device = 0;
   sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
-  geglu_swap::LaunchArgs a;
+  geglu_swapab::LaunchArgs a;  // the params-cache key: zeroed, padding included
   std::memset(&a, 0, sizeof a);
   a.x = x, a.M = M, a.K = K, a.ldx = ldx;
   a.wg = w_gate, a.wu = w_up, a.ldw = ldw, a.bg = b_gate, a.bu = b_up;
   a.out = out, a.H = H, a.ldo = ldo;
   a.approximate = approximate ? 1 : 0;
-  a.raster = (config >> 12) & 0xf;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (dtype == GEGLU_SM90_BF16) return geglu_swap::dispatch<cutlass::bfloat16_t>(config & 0xff, a, device, info->sm_count, s);
-  return geglu_swap::dispatch<cutlass::half_t>(config & 0xff, a, device, info->sm_count, s);
+  if (dtype == GEGLU_SM90_BF16) {
+    return geglu_swapab::run<geglu_swapab::SwapAbGemm<cutlass::bfloat16_t>>(a, device, info->sm_count, s);
+  }
+  return geglu_swapab::run<geglu_swapab::SwapAbGemm<cutlass::half_t>>(a, device, info->sm_count, s);
 }

@@ -2,32 +2,36 @@
 // decided on the host from shapes, dtype, alignment and the device alone (no data, no
 // sync: the same choice is replayed under CUDA-graph capture):
 // - fused_gate_up (_geglu_mlp): on sm_90 for bf16/fp16 with 16-byte aligned rows, the
-//   decode kernel (decode_sm90.cu) at 1-4 tokens and the Hopper GEMM engine
-//   (geglu_gemm_sm90.cu) above; elsewhere none (the op runs cuBLAS writing [gate | up],
-//   then the geglu kernel);
+//   swap-AB gate/up (geglu_swapab_sm90.cu: weights on the wgmma's 128-row side) at 1-32
+//   tokens and the Hopper GEMM engine (geglu_gemm_sm90.cu) above; elsewhere none (the op
+//   runs cuBLAS writing [gate | up], then the geglu kernel). The swap-AB kernel against
+//   the engine, and the MLP with the down projection the op runs after each (CUDA
+//   graphs, us, H200; benchmarks/results/h200/swap/check_swap_vs_decode.log):
+//                      gate/up, 16 tokens       MLP, 16 tokens (+ cuBLAS addmm)
+//     Gemma-2B            35.3 / 40.2              59.7 / 64.2
+//     Gemma-2-2B          26.6 / 28.9              45.7 / 47.9
+//     Gemma-7B            74.3 / 80.3             118.8 / 124.8
+//     Gemma-2-9B          51.5 / 56.6              88.5 / 90.3
+//     Gemma-2-27B        161.4 / 184.5            258.1 / 268.9
+//   ahead at 8 and 32 tokens too (at 32 by 1-5% in the MLP); at 64 the engine's tile
+//   wins (Gemma-7B 76.4 against 86.7). At 1-4 tokens it replaced the decode gate/up
+//   kernel (git e20bd53): MLP with the decode linear, 1 token, 53.7 / 112.4 / 84.3 /
+//   267.7 us against 56.3 / 115.6 / 84.0 / 269.6 at Gemma-2B / -7B / -2-9B / -2-27B,
+//   39.4 against 39.0 at Gemma-2-2B;
 // - fused_down (_geglu_mlp's down projection): on sm_90 for bf16/fp16 at 1-4 tokens, the
 //   decode linear (decode_sm90.cu) where its grid fits on the GPU at once
 //   (geglu_decode_sm90_linear_max_n), else none (torch's GEMM, with b_down and the
-//   residual). The decode kernels against the engine and cuBLAS's addmm (CUDA graphs, us,
-//   1 token; benchmarks/results/h200/decode2/ and h100_final/decode2/check_decode.log):
-//                    gate/up: decode / engine     down: decode / addmm
-//     H200 Gemma-2B      37.2 / 39.1                  20.0 / 23.4
-//          Gemma-2-2B    25.6 / 28.8                  12.5 / 14.6
-//          Gemma-7B      74.7 / 79.7                  39.7 / 41.4
-//          Gemma-2-9B    54.0 / 57.4                  28.5 / 30.8
-//          Gemma-2-27B  160.7 / 182.0                 106.6 / 84.5 (576 blocks, 528 fit: cuBLAS)
-//     H100 Gemma-7B     106.6 / 109.5                 55.5 / 60.0
-//   At 2-4 tokens the same within 1-4%, except the gate/up at Gemma-2B (H200) and
-//   Gemma-2-9B (H100), where the engine is ahead by up to 3% (the MLP still gains: 57.9 vs
-//   60.7 us and 115.7 vs 119.0 at 4 tokens). At 8 tokens the engine wins at three of the
-//   five shapes and the linear takes at most 4 tokens: the route stops at 4
-//   (kDecodeTokens). Both kernels with two tiles of B columns (the gate/up to 16
-//   tokens, the linear to 8; commit a78d3b6, results/h200/decode3/attempts/) lost to the
-//   engine at 16 tokens at every shape and won only at some of 5-12;
-// - fused_decode_mlp (_geglu_mlp): where both decode kernels serve a call, their two
-//   launches with h and y in one allocation (one allocator call fewer; with linear.py's
-//   shorter route checks, a kernelized GemmaMLP call's host time on an H200 host went
-//   from 21.2 to 19.0 us, docs/DESIGN.md);
+//   residual). The decode linear against cuBLAS's addmm (CUDA graphs, us, 1 token;
+//   benchmarks/results/h200/decode2/ and h100_final/decode2/check_decode.log): H200
+//   Gemma-2B 20.0 / 23.4, Gemma-2-2B 12.5 / 14.6, Gemma-7B 39.7 / 41.4, Gemma-2-9B
+//   28.5 / 30.8, Gemma-2-27B 106.6 / 84.5 (576 blocks, 528 fit: cuBLAS); H100 Gemma-7B
+//   55.5 / 60.0. At 8 tokens the linear would need a second tile of B columns, which
+//   lost (commit a78d3b6, results/h200/decode3/attempts/): the route stops at 4
+//   (kDecodeTokens);
+// - fused_decode_mlp (_geglu_mlp): where both kernels serve a call at 1-4 tokens, their
+//   two launches with h and y in one allocation (one allocator call fewer; with
+//   linear.py's shorter route checks, a kernelized GemmaMLP call's host time on an H200
+//   host went from 21.2 to 19.0 us, docs/DESIGN.md);
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
@@ -49,6 +53,7 @@
 #include "cuda_context.h"
 #include "decode_sm90.h"
 #include "geglu_gemm_sm90.h"
+#include "geglu_swapab_sm90.h"
 #include "linear_gelu_sm90.h"
 #include "aten.h"
 #include "torch_binding.h"
@@ -100,9 +105,11 @@ void check_status(const char *op, int status) {
 }
 
 constexpr int64_t kMaxInt32 = (int64_t(1) << 31) - 1;  // the engine's int32 problem sizes
-// The decode kernels' route (<= GEGLU_DECODE_LINEAR_MAX_M <= GEGLU_DECODE_MAX_M), see the top.
+// The routes by token count, see the top: the decode linear (<= GEGLU_DECODE_LINEAR_MAX_M)
+// and the swap-AB gate/up.
 constexpr int64_t kDecodeTokens = 4;
-static_assert(kDecodeTokens <= GEGLU_DECODE_LINEAR_MAX_M && kDecodeTokens <= GEGLU_DECODE_MAX_M);
+static_assert(kDecodeTokens <= GEGLU_DECODE_LINEAR_MAX_M);
+constexpr int64_t kSwapAbTokens = 32;
 
 // The engine's rules (geglu_gemm_sm90.h), checked before anything is allocated.
 bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
@@ -116,13 +123,12 @@ bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, cons
   return aligned16(x) && aligned16(w_gate) && aligned16(w_up) && is_sm90(x);
 }
 
-// The decode gate/up into out ([M, hidden], row stride ldo) on x's device and stream.
-void launch_decode_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, const Tensor &w_up,
+// The swap-AB gate/up into out ([M, hidden], row stride ldo) on x's device and stream.
+void launch_swapab_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, const Tensor &w_up,
                            const OptTensor &b_gate, const OptTensor &b_up, void *out, int64_t ldo, bool tanh) {
-  check_status(op, geglu_decode_sm90_gate_up(x.data_ptr(), x.size(0), x.size(1), x.stride(0), w_gate.data_ptr(),
-                                             w_up.data_ptr(), w_gate.stride(0), ptr_or_null(b_gate),
-                                             ptr_or_null(b_up), out, w_gate.size(0), ldo, sm90_dtype(x), tanh,
-                                             geglu_cuda::current_stream(x)));
+  check_status(op, geglu_swapab_sm90(x.data_ptr(), x.size(0), x.size(1), x.stride(0), w_gate.data_ptr(),
+                                     w_up.data_ptr(), w_gate.stride(0), ptr_or_null(b_gate), ptr_or_null(b_up), out,
+                                     w_gate.size(0), ldo, sm90_dtype(x), tanh, geglu_cuda::current_stream(x)));
 }
 
 Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, const Tensor &w_up,
@@ -132,8 +138,8 @@ Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, con
   const int64_t shape[2] = {m, hidden};
   Tensor out = device::empty(IntArrayRef(shape, 2), x);
   if (m == 0 || hidden == 0) return out;
-  if (m <= kDecodeTokens) {
-    launch_decode_gate_up(op, x, w_gate, w_up, b_gate, b_up, out.data_ptr(), out.stride(0), tanh);
+  if (m <= kSwapAbTokens) {
+    launch_swapab_gate_up(op, x, w_gate, w_up, b_gate, b_up, out.data_ptr(), out.stride(0), tanh);
     return out;
   }
   check_status(op, geglu_gemm_sm90(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(),
@@ -198,7 +204,7 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
   Tensor buffer = device::empty(IntArrayRef(size, 1), x);
   Tensor y = device::contiguous_view(buffer, out_shape);
   void *h = static_cast<char *>(buffer.data_ptr()) + y_elems * buffer.element_size();
-  launch_decode_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, h, hidden, tanh);
+  launch_swapab_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, h, hidden, tanh);
   launch_decode_down(x, h, m, hidden, hidden, w_down, b_down, residual, y.data_ptr());
   return y;
 }

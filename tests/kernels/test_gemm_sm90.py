@@ -3,8 +3,9 @@
 b_up) against a float64 reference over a grid of token counts and sizes (tails of every
 tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
 weights; each of the four kernel variants the engine compiles, at the edges of the
-shape pick that chooses them; the decode kernels (decode_sm90.cu) that serve 1-4
-tokens instead, the gate/up and, through `_geglu_mlp`, the down projection;
+shape pick that chooses them; the swap-AB gate/up (geglu_swapab_sm90.cu) that serves
+1-32 tokens instead and, through `_geglu_mlp`, the decode linear (decode_sm90.cu) that
+serves the down projection at 1-4;
 > 2^31-element operands; the refusals (clear errors, never a wrong
 answer); and the route linear.py takes to it. Then the engine's bias +
 GELU GEMM (linear_gelu_sm90.cu) through linear_bias_gelu, and the table that routes
@@ -22,7 +23,7 @@ from conftest import STORAGE_TOLERANCE
 
 pytestmark = pytest.mark.cuda
 
-GRID_M = [1, 2, 3, 4, 5, 7, 64, 1000, 4096, 8192]  # <= 4: the decode kernel
+GRID_M = [1, 2, 3, 4, 5, 7, 32, 33, 64, 1000, 4096, 8192]  # <= 32: the swap-AB gate/up
 GRID_KN = [(64, 64), (64, 16384), (16384, 64), (768, 3072), (3000, 1000), (2048, 16384)]
 DTYPES = [torch.bfloat16, torch.float16]
 
@@ -91,11 +92,11 @@ def test_grid_against_float64(sm90, m, kn, dtype):
 
 
 # The engine's kernel variants and a shape on each side of the edges of the shape pick
-# that chooses them (pick_config, geglu_gemm_sm90.cu): 4 < M <= 64 (the decode kernel
-# takes M <= 4); M <= 128; x (M*K*2 bytes)
+# that chooses them (pick_config, geglu_gemm_sm90.cu): 32 < M <= 64 (the swap-AB gate/up
+# takes M <= 32); M <= 128; x (M*K*2 bytes)
 # > 20 MB; the rest. The tuning-only variants are checked by tools/sm90_gemm/check_and_bench.py.
 PICKED_VARIANTS = {
-    "3-pingpong_64x(2x64)_c1": [(5, 1024, 1000), (64, 1024, 1000)],
+    "3-pingpong_64x(2x64)_c1": [(33, 1024, 1000), (64, 1024, 1000)],
     "0-pingpong_64x(2x128)_c1": [(65, 1024, 1000), (128, 1024, 1000)],
     "1-coop_128x(2x128)_c2": [(3256, 3072, 1000), (4096, 3072, 1000)],
     "2-pingpong_128x(2x64)_c2": [(129, 1024, 1000), (3255, 3072, 1000)],
@@ -116,15 +117,16 @@ def test_each_kernel_variant(sm90, variant, dtype):
         assert_close(sm90(x, wg, wu, bg, bu, approximate), reference(x, wg, wu, bg, bu, approximate), dtype, k)
 
 
-DECODE_TOKENS = 4  # kDecodeTokens (mlp_kernels.cpp): the op's route to the decode kernels
+DECODE_TOKENS = 4  # kDecodeTokens (mlp_kernels.cpp): the op's route to the decode linear
+SWAPAB_TOKENS = 32  # kSwapAbTokens: the op's route to the swap-AB gate/up
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m", range(1, DECODE_TOKENS + 1))
-def test_decode_kernel_odd_sizes(sm90, m, dtype):
-    """The decode kernel's token counts over K that ends mid-chunk (multiples of 8, not of
-    512) and hidden sizes that end mid-block, with a padded x row stride, every epilogue
-    option. (M up to 8, what its ABI takes, is checked by tools/sm90_gemm/check_decode.py.)"""
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 15, 16, 17, 31, SWAPAB_TOKENS])
+def test_swapab_gate_up_odd_sizes(sm90, m, dtype):
+    """The swap-AB gate/up's token counts (one tile of 16 and a partial one, two tiles)
+    over K that ends mid-tile (multiples of 8, not of 64) and hidden sizes that end
+    mid-tile (64 units), with a padded x row stride, every epilogue option."""
     cases = [(8, 1), (72, 13), (520, 1003), (4104, 40), (3072, 24), (1032, 9000)]
     for i, (k, n) in enumerate(cases * 2):  # each shape with two of the epilogue options
         approximate, (has_bg, has_bu), merged = case_options(i + 3 * m)
@@ -137,7 +139,7 @@ def test_decode_kernel_odd_sizes(sm90, m, dtype):
         assert_close(sm90(x, wg, wu, bg, bu, approximate), reference(x, wg, wu, bg, bu, approximate), dtype, k)
 
 
-def test_decode_kernel_weights_over_2_31_elements(sm90):
+def test_swapab_gate_up_weights_over_2_31_elements(sm90):
     """A merged weight of > 2^31 elements: the up rows (past element 2^31) and the last
     hidden units, where 32-bit row offsets would wrap."""
     dtype = torch.bfloat16
@@ -263,20 +265,23 @@ def mlp_reference(x, wg, wu, wd, bd, residual, approximate):
     return y + (0 if bd is None else bd.double()) + (0 if residual is None else residual.double())
 
 
-def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kernel):
-    """The per-layer op _geglu_mlp picks its kernels in C++: the decode kernels (gate/up
-    and down) for an aligned bf16 call of <= 4 tokens, the engine above (no activation
-    pass after either) with torch's down GEMM, cuBLAS + the geglu kernel for a misaligned
-    x; the result matches the float64 reference each way."""
+def test_mlp_op_runs_the_engine_or_the_swapab_and_decode_kernels_where_they_serve(sm90, kernel):
+    """The per-layer op _geglu_mlp picks its kernels in C++: for an aligned bf16 call the
+    swap-AB gate/up at <= 32 tokens (with the decode linear as the down projection at
+    <= 4, torch's GEMM above), the engine above 32 (no activation pass after either),
+    cuBLAS + the geglu kernel for a misaligned x; the result matches the float64
+    reference each way."""
     dtype = torch.bfloat16
     x, w = rand((64, 256), dtype, 71), rand((512, 256), dtype, 72, scale=1 / 16)
     wd = rand((256, 256), dtype, 73, scale=1 / 16)
     expected = mlp_reference(x, w[:256], w[256:], wd, None, None, "tanh")
-    for what, xx, route in [
-        ("aligned bf16", x, "engine"),
-        ("4 tokens", x[:4].clone(), "decode"),
-        ("5 tokens", x[:5].clone(), "engine"),
-        ("misaligned x", rand((64 * 256 + 1,), dtype, 74)[1:].view(64, 256), "cuBLAS"),
+    for what, xx, gate_up, down in [
+        ("aligned bf16", x, "engine", "cuBLAS"),
+        ("4 tokens", x[:4].clone(), "swap-AB", "decode"),
+        ("5 tokens", x[:5].clone(), "swap-AB", "cuBLAS"),
+        ("32 tokens", x[:32].clone(), "swap-AB", "cuBLAS"),
+        ("33 tokens", x[:33].clone(), "engine", "cuBLAS"),
+        ("misaligned x", rand((64 * 256 + 1,), dtype, 74)[1:].view(64, 256), "cuBLAS", "cuBLAS"),
     ]:
         xx.copy_(x[: xx.shape[0]])
         with torch.no_grad():
@@ -284,20 +289,18 @@ def test_mlp_op_runs_the_engine_or_the_decode_kernel_where_they_serve(sm90, kern
             y = kernel.geglu_mlp(xx, w, None, wd)
         ran = {
             "engine": any("geglu_sm90" in n for n in names),
-            "decode": any("decode_gate_up" in n for n in names),
+            "swap-AB": any("geglu_swapab" in n for n in names),
             "decode down": any("decode_linear" in n for n in names),
         }
-        assert ran == {"engine": route == "engine", "decode": route == "decode", "decode down": route == "decode"}, (
-            what,
-            names,
-        )
+        expected_ran = {"engine": gate_up == "engine", "swap-AB": gate_up == "swap-AB", "decode down": down == "decode"}
+        assert ran == expected_ran, (what, names)
         torch.testing.assert_close(y.double(), expected[: xx.shape[0]].to(y.device), atol=0.05, rtol=0.05)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m", range(1, DECODE_TOKENS + 1))
 def test_mlp_decode_down_projection_odd_sizes(sm90, kernel, m, dtype):
-    """_geglu_mlp at 1-4 tokens (both decode kernels, h and y in one buffer): hidden
+    """_geglu_mlp at 1-4 tokens (swap-AB gate/up and decode linear, h and y in one buffer): hidden
     sizes (the down projection's K) whose two segments end mid-chunk or hold one 16-byte
     word, output widths that end mid-block (y's elements not a multiple of 8, h after
     them at the next 16-byte boundary), b_down and a residual with a padded row stride,
@@ -318,22 +321,23 @@ def test_mlp_decode_down_projection_odd_sizes(sm90, kernel, m, dtype):
 
 
 def test_mlp_decode_opcheck(sm90, kernel):
-    """opcheck (schema, fake registration, AOT dispatch) of _geglu_mlp where both decode
-    kernels run: its output is a view, at offset 0, of the one buffer that also holds h."""
+    """opcheck (schema, fake registration, AOT dispatch) of _geglu_mlp where the swap-AB
+    gate/up and the decode linear run: its output is a view, at offset 0, of the one
+    buffer that also holds h."""
     dtype = torch.bfloat16
     x, w = rand((1, 3, 256), dtype, 131), rand((1024, 256), dtype, 132, scale=1 / 16)
     wd, residual = rand((136, 512), dtype, 133, scale=512**-0.5), rand((1, 3, 136), dtype, 134)
     op = kernel._ops.ops._geglu_mlp.default
     with torch.no_grad():
         names = _cuda_kernel_names(lambda: op(x, w, None, wd, None, None, None, residual, "tanh"))
-    assert any("decode_gate_up" in n for n in names) and any("decode_linear" in n for n in names), names
+    assert any("geglu_swapab" in n for n in names) and any("decode_linear" in n for n in names), names
     torch.library.opcheck(op, (x, w, None, wd, None, None, None, residual, "tanh"))
 
 
 def test_mlp_decode_broadcast_operands(sm90, kernel):
-    """Operands the decode kernels do not read, broadcast with row stride 0 (a residual
-    shared by the tokens; an x whose two tokens are one row), take torch's GEMMs with the
-    same result, never a refusal."""
+    """Operands the decode linear and the swap-AB gate/up do not read, broadcast with row
+    stride 0 (a residual shared by the tokens; an x whose two tokens are one row), take
+    torch's GEMMs with the same result, never a refusal."""
     dtype = torch.bfloat16
     w = rand((1024, 256), dtype, 122, scale=1 / 16)
     wd = rand((200, 512), dtype, 123, scale=512**-0.5)
@@ -357,7 +361,7 @@ def test_mlp_decode_down_projection_wider_than_one_wave_runs_cublas(sm90, kernel
     with torch.no_grad():
         names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, w, None, wd))
         y = kernel.geglu_mlp(x, w, None, wd)
-    assert any("decode_gate_up" in s for s in names) and not any("decode_linear" in s for s in names), names
+    assert any("geglu_swapab" in s for s in names) and not any("decode_linear" in s for s in names), names
     assert_close(y, mlp_reference(x, w[:512], w[512:], wd, None, None, "tanh"), dtype, 512)
 
 

@@ -3,8 +3,9 @@
 libgeglu_swapab_sm90`) against the engine's small-M tile (the op's route above 32 tokens),
 cuBLAS's merged GEMM (with and without torch's GeGLU after it); the MLP rows pair each
 gate/up with the down projection the op runs after it (with --decode-lib, the decode
-linear at 1-4 tokens; cuBLAS's addmm above). With --decode-lib at 1-4 tokens, the decode gate/up
-kernel and its MLP too.
+linear at 1-4 tokens; cuBLAS's addmm above). (The same-run comparison with the decode
+gate/up kernel this one replaced at 1-4 tokens: commit e20bd53's version of this script,
+--decode-lib a build of that commit's decode_sm90.cu; results/h200/swap/.)
 
 Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN, M = 1..64
 over odd (multiple-of-8) K and any H, biases, padded strides, a merged weight read in
@@ -138,10 +139,7 @@ def bench(swap, gemm, swap_b=None, dec=None):
                 cands["swap-AB fused [B]"] = lambda: swap_b(x, wg, wu, hh)
             if gemm is not None:
                 cands["engine (op's pick)"] = lambda: gemm(x, wg, wu, None, None, hh, True, -1)
-            if small:
-                cands["decode gate/up"] = lambda: dec.gate_up(x, wg, wu, hh)
-                cands["MLP decode gate/up + decode linear"] = lambda: (dec.gate_up(x, wg, wu, hh), down())
-            elif gemm is not None:
+            if gemm is not None:
                 cands["MLP engine + addmm"] = lambda: (gemm(x, wg, wu, None, None, hh, True, -1), down())
             cands["MLP swap-AB + " + ("decode linear" if small else "addmm")] = lambda: (swap(x, wg, wu, hh), down())
             samples = graph_rounds(cands)
