@@ -1,9 +1,10 @@
 """Check and time the swap-AB gate/up (geglu_kernels/cuda/geglu_swapab_sm90.cu, built as
 .sm90dev/libgeglu_swapab_sm90.so by `build_lib.sh geglu_kernels/cuda/geglu_swapab_sm90.cu
 libgeglu_swapab_sm90`) against the engine's small-M tile (the op's route above 32 tokens),
-cuBLAS's merged GEMM (with and without torch's GeGLU after it); the MLP rows pair each
+cuBLAS's merged GEMM (with and without torch's GeGLU after it). The MLP rows pair each
 gate/up with the down projection the op runs after it (with --decode-lib, the decode
-linear at 1-4 tokens; cuBLAS's addmm above). (The same-run comparison with the decode
+linear at 1-4 tokens; cuBLAS's addmm above), beside eager's kernels (cuBLAS's merged
+GEMM, torch's GeGLU, addmm). (The same-run comparison with the decode
 gate/up kernel this one replaced at 1-4 tokens: commit e20bd53's version of this script,
 --decode-lib a build of that commit's decode_sm90.cu; results/h200/swap/.)
 
@@ -134,6 +135,7 @@ def bench(swap, gemm, swap_b=None, dec=None):
                 "cuBLAS merged mm": lambda: torch.mm(x, wm.t()),
                 "cuBLAS mm + torch geglu": cublas_geglu,
                 "swap-AB fused": lambda: swap(x, wg, wu, hh),
+                "MLP eager's kernels (cuBLAS mm + torch geglu + addmm)": lambda: torch.addmm(r, cublas_geglu(), wd.t()),
             }
             if swap_b is not None:
                 cands["swap-AB fused [B]"] = lambda: swap_b(x, wg, wu, hh)
@@ -148,7 +150,7 @@ def bench(swap, gemm, swap_b=None, dec=None):
             for k, v in samples.items():
                 med = statistics.median(v)
                 f = 1.5 * floor if k.startswith("MLP") else floor
-                log(f"  {k:40s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {f / med:.0%} of read")
+                log(f"  {k:54s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {f / med:.0%} of read")
                 res[f"{name} M={M} {k}"] = v
     return res
 
