@@ -198,18 +198,27 @@ def graph_rounds(cands, rounds=5, skip_failures=False):
     return samples
 
 
-def bench(lin, gemm):
-    res = {}
+def read_bandwidth(copy=False):
+    """Bytes/s of an int64 sum over 1 GiB (the read rate the weight-read floors use) and,
+    with copy=True, of a 1 GiB device-to-device copy (read + write bytes): medians of 10
+    graph replays of 5 calls each."""
     big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
     rd = graph_time(lambda: big.view(torch.int64).sum(), reps=5)
-    t_rd = statistics.median(rd() for _ in range(10))
-    bw_read = (1 << 30) / (t_rd * 1e-6)
-    cp_dst = torch.empty_like(big)
-    cp = graph_time(lambda: cp_dst.copy_(big), reps=5)
+    bw_read = (1 << 30) / (statistics.median(rd() for _ in range(10)) * 1e-6)
+    if not copy:
+        log(f"read bandwidth (int64 sum of 1 GiB): {bw_read / 1e12:.3f} TB/s")
+        return bw_read
+    dst = torch.empty_like(big)
+    cp = graph_time(lambda: dst.copy_(big), reps=5)
     bw_copy = 2 * (1 << 30) / (statistics.median(cp() for _ in range(10)) * 1e-6)
     log(f"read bandwidth (int64 sum of 1 GiB): {bw_read / 1e12:.3f} TB/s; copy: {bw_copy / 1e12:.3f} TB/s")
+    return bw_read, bw_copy
+
+
+def bench(lin, gemm):
+    res = {}
+    bw_read, bw_copy = read_bandwidth(copy=True)
     res["bw_read"], res["bw_copy"] = bw_read, bw_copy
-    del big, cp_dst
     bf = torch.bfloat16
     for name, d, H in (("gemma2b", 2048, 16384), ("gemma7b", 3072, 24576)):
         wg = torch.randn(H, d, device="cuda").mul_(d ** -0.5).to(bf)

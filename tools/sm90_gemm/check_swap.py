@@ -27,7 +27,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from check_linear import graph_rounds, graph_time
+from check_linear import graph_rounds, read_bandwidth
 from harness import ROOT, log, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
@@ -105,11 +105,7 @@ def check(swap):
 
 def bench(swap, gemm, swap_b=None, dec=None):
     res = {}
-    big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
-    rd = graph_time(lambda: big.view(torch.int64).sum(), reps=5)
-    bw_read = (1 << 30) / (statistics.median(rd() for _ in range(10)) * 1e-6)
-    log(f"read bandwidth (int64 sum of 1 GiB): {bw_read / 1e12:.3f} TB/s")
-    del big
+    bw_read = read_bandwidth()
     bf = torch.bfloat16
     shapes = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b", 3072, 24576),
               ("gemma2-9b", 3584, 14336), ("gemma2-27b", 4608, 36864))
