@@ -14,7 +14,8 @@
 //     Gemma-2-9B          51.5 / 56.6              88.5 / 90.3
 //     Gemma-2-27B        161.4 / 184.5            258.1 / 268.9
 //   ahead at 8 and 32 tokens too (at 32 by 1-5% in the MLP); at 64 the engine's tile
-//   wins (Gemma-7B 76.4 against 86.7). At 1-4 tokens it replaced the decode gate/up
+//   wins (Gemma-7B 76.4 against 86.7). On the H100 (results/h100_final/swap/) ahead or
+//   within 1% at every point, by less (Gemma-7B MLP, 16 tokens: 167.9 / 167.8). At 1-4 tokens it replaced the decode gate/up
 //   kernel (git e20bd53): MLP with the decode linear, 1 token, 53.7 / 112.4 / 84.3 /
 //   267.7 us against 56.3 / 115.6 / 84.0 / 269.6 at Gemma-2B / -7B / -2-9B / -2-27B,
 //   39.4 against 39.0 at Gemma-2-2B;
