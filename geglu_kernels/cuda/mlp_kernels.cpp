@@ -112,7 +112,8 @@ constexpr int64_t kDecodeTokens = 4;
 static_assert(kDecodeTokens <= GEGLU_DECODE_LINEAR_MAX_M);
 constexpr int64_t kSwapAbTokens = 32;
 
-// The engine's rules (geglu_gemm_sm90.h), checked before anything is allocated.
+// The engine's rules (geglu_gemm_sm90.h; the swap-AB kernel's, geglu_swapab_sm90.h, are
+// the same or looser), checked before anything is allocated.
 bool sm90_serves(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
                  const OptTensor &b_up) {
   if (!engine_dtype(x)) return false;

@@ -1,8 +1,10 @@
 """One launch each of the MLP's decode kernels at Gemma-7B sizes, as the op runs them at
 1-4 tokens: the swap-AB gate/up (check_swap.py's library), then the decode linear
-(check_decode.py's) on its output, for Nsight Compute:
+(check_decode.py's) on its output, for Nsight Compute (the CUTLASS kernel's own name is
+cutlass::device_kernel: its template arguments, in the demangled name, say which):
 
-    ncu --set full -k regex:"decode_|geglu_swapab" python tools/sm90_gemm/ncu_decode.py [--m M]
+    ncu --set full --kernel-name-base demangled -k regex:"decode_linear|geglu_swapab" \
+        python tools/sm90_gemm/ncu_decode.py [--m M]
 """
 
 import argparse
