@@ -19,20 +19,34 @@
 //   kernel (git e20bd53): MLP with the decode linear, 1 token, 53.7 / 112.4 / 84.3 /
 //   267.7 us against 56.3 / 115.6 / 84.0 / 269.6 at Gemma-2B / -7B / -2-9B / -2-27B,
 //   39.4 against 39.0 at Gemma-2-2B;
-// - fused_down (_geglu_mlp's down projection): on sm_90 for bf16/fp16 at 1-4 tokens, the
-//   decode linear (decode_sm90.cu) where its grid fits on the GPU at once
-//   (geglu_decode_sm90_linear_max_n), else none (torch's GEMM, with b_down and the
-//   residual). The decode linear against cuBLAS's addmm (CUDA graphs, us, 1 token;
-//   benchmarks/results/h200/decode2/ and h100_final/decode2/check_decode.log): H200
-//   Gemma-2B 20.0 / 23.4, Gemma-2-2B 12.5 / 14.6, Gemma-7B 39.7 / 41.4, Gemma-2-9B
-//   28.5 / 30.8, Gemma-2-27B 106.6 / 84.5 (576 blocks, 528 fit: cuBLAS); H100 Gemma-7B
-//   55.5 / 60.0. At 8 tokens the linear would need a second tile of B columns, which
-//   lost (commit a78d3b6, results/h200/decode3/attempts/): the route stops at 4
-//   (kDecodeTokens);
-// - fused_decode_mlp (_geglu_mlp): where both kernels serve a call at 1-4 tokens, their
-//   two launches with h and y in one allocation (one allocator call fewer; with
-//   linear.py's shorter route checks, a kernelized GemmaMLP call's host time on an H200
-//   host went from 21.2 to 19.0 us, docs/DESIGN.md);
+// - fused_down (_geglu_mlp's down projection; down_kernel): on sm_90 for bf16/fp16 with
+//   aligned rows,
+//   - at 1-4 tokens, the decode linear (decode_sm90.cu) where its grid fits on the GPU at
+//     once (geglu_decode_sm90_linear_max_n). Against cuBLAS's addmm (CUDA graphs, us, 1
+//     token; benchmarks/results/h200/decode2/ and h100_final/decode2/check_decode.log):
+//     H200 Gemma-2B 20.0 / 23.4, Gemma-2-2B 12.5 / 14.6, Gemma-7B 39.7 / 41.4, Gemma-2-9B
+//     28.5 / 30.8, Gemma-2-27B 106.6 / 84.5 (576 blocks, 528 fit); H100 Gemma-7B 55.5 /
+//     60.0. A second tile of B columns for 8 tokens lost (commit a78d3b6): kDecodeTokens;
+//   - else at up to 32 tokens with a weight of >= 48 MiB (kSplitKMinWeightBytes), the
+//     split-K swap-AB linear (linear_swapab_sm90.cu). The MLP with it against the same
+//     gate/up followed by cuBLAS's addmm (CUDA graphs, us, H200;
+//     benchmarks/results/h200/splitk/):
+//                     8 tokens        16 tokens       32 tokens
+//       Gemma-2B      57.6 / 59.2     58.2 / 58.9     57.8 / 59.6
+//       Gemma-7B     115.4 / 116.2   116.8 / 117.7   116.4 / 117.6
+//       Gemma-2-9B    86.7 / 85.9     88.7 / 88.6     85.8 / 86.2
+//       Gemma-2-27B  252.5 / 253.9   254.1 / 257.0   245.7 / 250.1 (and 248.0 / 251.0
+//                                                      at 1 token, where the decode
+//                                                      linear's grid does not fit)
+//     and with Gemma-2-2B's 40.5 MiB weight, 43.3 / 40.9 at 8 tokens: below the
+//     threshold, torch's GEMM. At 1-4 tokens the decode linear's pair is faster than it
+//     (Gemma-7B, 1 token: 112.9 against 113.2);
+//   - else none (torch's GEMM, with b_down and the residual);
+// - fused_decode_mlp (_geglu_mlp): where the swap-AB gate/up and one of the down kernels
+//   serve a call (1-32 tokens), their two launches with y, h and the split-K workspace in
+//   one allocation (one allocator call and torch's GEMM call fewer; a kernelized GemmaMLP
+//   call's host time on an H200 host went from 21.2 to 19.0 us at 1 token with this and
+//   linear.py's shorter route checks, docs/DESIGN.md);
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
@@ -56,6 +70,7 @@
 #include "geglu_gemm_sm90.h"
 #include "geglu_swapab_sm90.h"
 #include "linear_gelu_sm90.h"
+#include "linear_swapab_sm90.h"
 #include "aten.h"
 #include "torch_binding.h"
 
@@ -111,6 +126,9 @@ constexpr int64_t kMaxInt32 = (int64_t(1) << 31) - 1;  // the engine's int32 pro
 constexpr int64_t kDecodeTokens = 4;
 static_assert(kDecodeTokens <= GEGLU_DECODE_LINEAR_MAX_M);
 constexpr int64_t kSwapAbTokens = 32;
+// The split-K down projection's smallest weight (N x K elements): below, its fixed cost
+// (the last unit of each tile sums the splits) lost to cuBLAS's addmm (see the top).
+constexpr int64_t kSplitKMinWeightBytes = int64_t(48) << 20;
 
 // The engine's rules (geglu_gemm_sm90.h; the swap-AB kernel's, geglu_swapab_sm90.h, are
 // the same or looser), checked before anything is allocated.
@@ -151,27 +169,56 @@ Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, con
   return out;
 }
 
-// Whether the decode linear serves h @ w_down.T + b_down + residual for h [m, k] of
-// aligned 16-byte rows on sm_90 (the caller's checks), in one wave of blocks.
-bool decode_down_serves(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down,
-                        const OptTensor &residual) {
+// The down projection's kernels on sm_90, by token count and weight size (see the top).
+enum class Down { kTorch, kDecodeLinear, kSplitK };
+
+// Which kernel runs h @ w_down.T + b_down + residual for h [m, k] of aligned 16-byte rows
+// on sm_90 in bf16/fp16 (the caller's checks).
+Down down_kernel(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
   const int64_t n = w_down.size(0);
-  if (m < 1 || m > kDecodeTokens || k < 1 || k > kMaxInt32 || n < 1) return false;
-  if (b_down.has_value() && !b_down->is_contiguous()) return false;
+  if (m < 1 || m > kSwapAbTokens || k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return Down::kTorch;
+  if (b_down.has_value() && !b_down->is_contiguous()) return Down::kTorch;
   // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
-  if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return false;
-  if (!aligned16(w_down)) return false;
-  return n <= geglu_decode_sm90_linear_max_n();  // a second wave: cuBLAS (decode_sm90.h)
+  if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return Down::kTorch;
+  if (!aligned16(w_down)) return Down::kTorch;
+  // The decode linear's grid in one wave of blocks (a second wave: decode_sm90.h).
+  if (m <= kDecodeTokens && n <= geglu_decode_sm90_linear_max_n()) return Down::kDecodeLinear;
+  if (n * k * static_cast<int64_t>(w_down.element_size()) >= kSplitKMinWeightBytes) return Down::kSplitK;
+  return Down::kTorch;
 }
 
-// The decode linear into out ([m, N], row stride N) on `like`'s device and stream.
-void launch_decode_down(const Tensor &like, const void *h, int64_t m, int64_t k, int64_t ldh, const Tensor &w_down,
-                        const OptTensor &b_down, const OptTensor &residual, void *out) {
-  const int64_t n = w_down.size(0);
-  check_status("_geglu_mlp", geglu_decode_sm90_linear(h, m, k, ldh, w_down.data_ptr(), w_down.stride(0),
-                                                      ptr_or_null(b_down), ptr_or_null(residual),
-                                                      residual.has_value() ? residual->stride(0) : 0, out, n, n,
-                                                      sm90_dtype(like), geglu_cuda::current_stream(like)));
+// The float32 workspace the split-K kernel needs (0 for the decode linear), in elements
+// of `like`'s dtype, a multiple of 16 bytes.
+int64_t down_workspace_elems(Down kind, int64_t m, int64_t k, int64_t n, const Tensor &like) {
+  if (kind != Down::kSplitK) return 0;
+  const int64_t bytes = geglu_linear_swapab_sm90_workspace_bytes(m, k, n);
+  return (bytes + 15) / 16 * (16 / static_cast<int64_t>(like.element_size()));
+}
+
+// The down projection into out ([m, N], row stride N) on `like`'s device and stream;
+// workspace: down_workspace_elems elements, 16-byte aligned.
+void launch_down(Down kind, const Tensor &like, const void *h, int64_t m, int64_t k, int64_t ldh,
+                 const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual, void *out,
+                 void *workspace, int64_t workspace_elems) {
+  const int64_t n = w_down.size(0), ldr = residual.has_value() ? residual->stride(0) : 0;
+  if (kind == Down::kDecodeLinear) {
+    check_status("_geglu_mlp", geglu_decode_sm90_linear(h, m, k, ldh, w_down.data_ptr(), w_down.stride(0),
+                                                        ptr_or_null(b_down), ptr_or_null(residual), ldr, out, n, n,
+                                                        sm90_dtype(like), geglu_cuda::current_stream(like)));
+    return;
+  }
+  check_status("_geglu_mlp",
+               geglu_linear_swapab_sm90(h, m, k, ldh, w_down.data_ptr(), w_down.stride(0), ptr_or_null(b_down),
+                                        ptr_or_null(residual), ldr, out, n, n, workspace,
+                                        workspace_elems * static_cast<int64_t>(like.element_size()),
+                                        sm90_dtype(like), geglu_cuda::current_stream(like)));
+}
+
+// Elements of `like`'s dtype from y's end to the next 16-byte boundary: y [m, n] first in
+// a buffer, what follows it aligned.
+int64_t aligned_elems(int64_t elems, const Tensor &like) {
+  const int64_t per16 = 16 / static_cast<int64_t>(like.element_size());
+  return (elems + per16 - 1) / per16 * per16;
 }
 
 }  // namespace
@@ -184,30 +231,41 @@ OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_u
 
 OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
   if (!engine_dtype(h) || !aligned16(h) || !is_sm90(h)) return std::nullopt;
-  if (!decode_down_serves(h.size(0), h.size(1), w_down, b_down, residual)) return std::nullopt;
-  const int64_t m = h.size(0), n = w_down.size(0);
+  const int64_t m = h.size(0), k = h.size(1), n = w_down.size(0);
+  const Down kind = down_kernel(m, k, w_down, b_down, residual);
+  if (kind == Down::kTorch) return std::nullopt;
+  const device::DeviceGuard guard(h.get_device_index());
+  // y, then the split-K kernel's workspace from the next 16-byte boundary.
+  const int64_t y_elems = aligned_elems(m * n, h), ws_elems = down_workspace_elems(kind, m, k, n, h);
+  const int64_t size[1] = {y_elems + ws_elems};
+  Tensor buffer = device::empty(IntArrayRef(size, 1), h);
   const int64_t shape[2] = {m, n};
-  Tensor out = device::empty(IntArrayRef(shape, 2), h);
-  launch_decode_down(h, h.data_ptr(), m, h.size(1), h.stride(0), w_down, b_down, residual, out.data_ptr());
-  return out;
+  Tensor y = device::contiguous_view(buffer, IntArrayRef(shape, 2));
+  char *base = static_cast<char *>(buffer.data_ptr());
+  launch_down(kind, h, h.data_ptr(), m, k, h.stride(0), w_down, b_down, residual, y.data_ptr(),
+              base + y_elems * buffer.element_size(), ws_elems);
+  return y;
 }
 
 OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
                            const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
                            const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
   const int64_t m = x.size(0), hidden = w_gate.size(0), n = w_down.size(0);
-  if (m > kDecodeTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
-  if (!decode_down_serves(m, hidden, w_down, b_down, residual)) return std::nullopt;
+  if (m > kSwapAbTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
+  const Down kind = down_kernel(m, hidden, w_down, b_down, residual);
+  if (kind == Down::kTorch) return std::nullopt;
   // y first (the tensor returned, at offset 0), then h from the next 16-byte boundary
-  // (hidden is a multiple of 8: sm90_serves), so h's rows are the aligned rows the
-  // decode linear reads.
-  const int64_t y_elems = (m * n + 7) / 8 * 8;
-  const int64_t size[1] = {y_elems + m * hidden};
+  // (hidden is a multiple of 8: sm90_serves), so h's rows are the aligned rows the down
+  // projection reads, then the split-K kernel's workspace.
+  const int64_t y_elems = aligned_elems(m * n, x), ws_elems = down_workspace_elems(kind, m, hidden, n, x);
+  const int64_t size[1] = {y_elems + m * hidden + ws_elems};
   Tensor buffer = device::empty(IntArrayRef(size, 1), x);
   Tensor y = device::contiguous_view(buffer, out_shape);
-  void *h = static_cast<char *>(buffer.data_ptr()) + y_elems * buffer.element_size();
+  char *base = static_cast<char *>(buffer.data_ptr());
+  void *h = base + y_elems * buffer.element_size();
+  void *workspace = base + (y_elems + m * hidden) * buffer.element_size();
   launch_swapab_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, h, hidden, tanh);
-  launch_decode_down(x, h, m, hidden, hidden, w_down, b_down, residual, y.data_ptr());
+  launch_down(kind, x, h, m, hidden, hidden, w_down, b_down, residual, y.data_ptr(), workspace, ws_elems);
   return y;
 }
 

@@ -67,6 +67,12 @@ inline void record_cuda_error(cudaError_t e) {
 
 enum class Launch { kOk, kRejected, kCudaError };
 
+// In an unnamed namespace: its static cache and attribute flags would otherwise be GNU
+// unique symbols, which the dynamic loader binds once per process, so two builds of
+// this package loaded together (another variant, another version) would share them and
+// the second build's kernels would launch without their shared-memory attribute set.
+namespace {
+
 // Launches Kernel for `args` (a trivially copyable key, compared bytewise: zero it,
 // padding included, before filling it in). make_arguments(args) -> Kernel::Arguments
 // is called only on a cache miss. Kernels that need a workspace are rejected.
@@ -148,6 +154,8 @@ struct Runner {
     return Launch::kOk;
   }
 };
+
+}  // namespace
 
 inline int status_of(Launch launch) {
   switch (launch) {

@@ -4,8 +4,9 @@ b_up) against a float64 reference over a grid of token counts and sizes (tails o
 tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
 weights; each of the four kernel variants the engine compiles, at the edges of the
 shape pick that chooses them; the swap-AB gate/up (geglu_swapab_sm90.cu) that serves
-1-32 tokens instead and, through `_geglu_mlp`, the decode linear (decode_sm90.cu) that
-serves the down projection at 1-4;
+1-32 tokens instead and, through `_geglu_mlp`, the down projections: the decode linear
+(decode_sm90.cu) at 1-4 tokens and the split-K swap-AB linear (linear_swapab_sm90.cu) at
+up to 32 tokens with weights of >= 48 MiB;
 > 2^31-element operands; the refusals (clear errors, never a wrong
 answer); and the route linear.py takes to it. Then the engine's bias +
 GELU GEMM (linear_gelu_sm90.cu) through linear_bias_gelu, and the table that routes
@@ -268,9 +269,9 @@ def mlp_reference(x, wg, wu, wd, bd, residual, approximate):
 def test_mlp_op_runs_the_engine_or_the_swapab_and_decode_kernels_where_they_serve(sm90, kernel):
     """The per-layer op _geglu_mlp picks its kernels in C++: for an aligned bf16 call the
     swap-AB gate/up at <= 32 tokens (with the decode linear as the down projection at
-    <= 4, torch's GEMM above), the engine above 32 (no activation pass after either),
-    cuBLAS + the geglu kernel for a misaligned x; the result matches the float64
-    reference each way."""
+    <= 4; above, torch's GEMM for this small down weight, under the split-K kernel's 48
+    MiB), the engine above 32 (no activation pass after either), cuBLAS + the geglu
+    kernel for a misaligned x; the result matches the float64 reference each way."""
     dtype = torch.bfloat16
     x, w = rand((64, 256), dtype, 71), rand((512, 256), dtype, 72, scale=1 / 16)
     wd = rand((256, 256), dtype, 73, scale=1 / 16)
@@ -291,8 +292,14 @@ def test_mlp_op_runs_the_engine_or_the_swapab_and_decode_kernels_where_they_serv
             "engine": any("geglu_sm90" in n for n in names),
             "swap-AB": any("geglu_swapab" in n for n in names),
             "decode down": any("decode_linear" in n for n in names),
+            "split-K down": any("linear_swapab" in n for n in names),
         }
-        expected_ran = {"engine": gate_up == "engine", "swap-AB": gate_up == "swap-AB", "decode down": down == "decode"}
+        expected_ran = {
+            "engine": gate_up == "engine",
+            "swap-AB": gate_up == "swap-AB",
+            "decode down": down == "decode",
+            "split-K down": False,
+        }
         assert ran == expected_ran, (what, names)
         torch.testing.assert_close(y.double(), expected[: xx.shape[0]].to(y.device), atol=0.05, rtol=0.05)
 
@@ -350,10 +357,80 @@ def test_mlp_decode_broadcast_operands(sm90, kernel):
         assert_close(y, mlp_reference(x, w[:512], w[512:], wd, None, residual, "tanh"), dtype, 512)
 
 
+# Down weights of >= 48 MiB (the split-K kernel's threshold, mlp_kernels.cpp): odd sizes,
+# hidden (its K) past a 64-column tile, N not a multiple of 4 (the partial sums' padded
+# rows) nor of 128; and an output too wide for the decode linear's one wave at 2 tokens.
+SPLITK_CASES = [(5, 8392, 3001), (16, 8392, 3001), (17, 8200, 3072), (32, 8392, 3001), (2, 4096, 6500)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", SPLITK_CASES, ids=lambda c: f"M{c[0]}-H{c[1]}-N{c[2]}")
+def test_mlp_splitk_down_projection(sm90, kernel, case, dtype):
+    """_geglu_mlp at up to 32 tokens with a large down weight: the swap-AB gate/up, then
+    the split-K swap-AB linear (y, h and its workspace in one buffer), with b_down and a
+    padded residual, against the float64 reference; never the decode linear or cuBLAS."""
+    m, hidden, n = case
+    k = 64
+    x = rand((1, m, k), dtype, 141)
+    w = rand((2 * hidden, k), dtype, 142, scale=k**-0.5)
+    wd = rand((n, hidden), dtype, 143, scale=hidden**-0.5)
+    assert n * hidden * 2 >= 48 << 20
+    bd = rand((n,), dtype, 144) if m % 2 else None
+    residual = rand((m, n + 8), dtype, 145)[:, :n].unsqueeze(0)
+    buffer = n + hidden + 64 * (n + 4)  # per token: y, h, the float32 partial sums of <= 32 splits
+    with torch.no_grad():
+        names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, w, None, wd, (None, None, bd), residual))
+        poison_allocator(m, buffer, dtype)
+        y = kernel.geglu_mlp(x, w, None, wd, (None, None, bd), residual)
+    assert any("geglu_swapab" in s for s in names) and any("linear_swapab" in s for s in names), names
+    # Nothing else (a stream's first split-K call zeroes its arrival counters: a memset).
+    assert all("geglu_swapab" in s or "linear_swapab" in s or s.startswith("Memset") for s in names), names
+    expected = mlp_reference(x[0], w[:hidden], w[hidden:], wd, bd, residual[0], "tanh")
+    assert y.shape == (1, m, n) and y.is_contiguous()
+    assert_close(y[0], expected, dtype, hidden)
+
+
+def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel):
+    """The split-K route captured into a CUDA graph on a fresh stream (its first call on
+    that stream, which makes the stream's arrival counters, happens inside the capture)
+    and replayed with new inputs; then calls alternating between two streams at once,
+    each stream with its own counters. Every result against the float64 reference, and
+    opcheck of the op on this route."""
+    dtype, m, hidden, n, k = torch.bfloat16, 8, 8192, 3072, 128
+    w = rand((2 * hidden, k), dtype, 151, scale=k**-0.5)
+    wd = rand((n, hidden), dtype, 152, scale=hidden**-0.5)
+    op = kernel._ops.ops._geglu_mlp.default
+    x = rand((m, k), dtype, 153)
+    with torch.no_grad():
+        op(x, w, None, wd, None, None, None, None, "tanh")  # the kernels' attributes, outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=torch.cuda.Stream()):
+            y = op(x, w, None, wd, None, None, None, None, "tanh")
+        for seed in (154, 155):
+            x.copy_(rand((m, k), dtype, seed))
+            y.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            assert_close(y, mlp_reference(x, w[:hidden], w[hidden:], wd, None, None, "tanh"), dtype, hidden)
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        xs = [rand((m, k), dtype, 160 + i) for i in range(6)]
+        ys = []
+        torch.cuda.synchronize()
+        for i, xi in enumerate(xs):
+            with torch.cuda.stream(streams[i % 2]):
+                ys.append(op(xi, w, None, wd, None, None, None, None, "tanh"))
+        torch.cuda.synchronize()
+        for xi, yi in zip(xs, ys):
+            assert_close(yi, mlp_reference(xi, w[:hidden], w[hidden:], wd, None, None, "tanh"), dtype, hidden)
+    torch.library.opcheck(op, (xs[0], w, None, wd, None, None, None, None, "tanh"))
+
+
 def test_mlp_decode_down_projection_wider_than_one_wave_runs_cublas(sm90, kernel):
     """An output width whose decode-linear grid would need a second wave of blocks
-    (geglu_decode_sm90_linear_max_n: at most 6 blocks of 8 rows per SM) stays on torch's
-    GEMM, with the same result."""
+    (geglu_decode_sm90_linear_max_n: at most 6 blocks of 8 rows per SM), with a down
+    weight under the split-K kernel's 48 MiB, stays on torch's GEMM, with the same
+    result."""
     dtype = torch.bfloat16
     n = 8 * 6 * torch.cuda.get_device_properties(0).multi_processor_count + 8
     x, w = rand((2, 256), dtype, 111), rand((1024, 256), dtype, 112, scale=1 / 16)
@@ -362,6 +439,7 @@ def test_mlp_decode_down_projection_wider_than_one_wave_runs_cublas(sm90, kernel
         names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, w, None, wd))
         y = kernel.geglu_mlp(x, w, None, wd)
     assert any("geglu_swapab" in s for s in names) and not any("decode_linear" in s for s in names), names
+    assert not any("linear_swapab" in s for s in names), names
     assert_close(y, mlp_reference(x, w[:512], w[512:], wd, None, None, "tanh"), dtype, 512)
 
 

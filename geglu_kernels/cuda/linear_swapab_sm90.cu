@@ -1,0 +1,512 @@
+// The down projection for a few tokens on Hopper (sm_90a), swap-AB with K split: CUTLASS
+// 3.x collectives, the kernel and its C launcher (linear_swapab_sm90.h has the ABI).
+//
+//   out[m, n] = x[m] . W[n] + bias[n] + residual[m, n]
+//
+// A decode step's down projection is a weight read with few output rows (Gemma-7B: 3072
+// rows of 24576, 151 MB for 0.1 GFLOP per token): 24 tiles of 128 rows for 132 SMs. The
+// GEMM CUTLASS sees has the weights on the wgmma's 128-row side and the tokens on the
+// 16-wide one, and K cut into S splits that ride on the batch mode: problem (N, M, K / S, S).
+// - Mainloop (SplitKMainloop): the stock sm90 warp-specialized TMA mainloop; load_init
+//   views the whole W and x as (tile, k-tile of a split, split), so split l reads k-tiles
+//   [l * kps, (l + 1) * kps) (the last split's tiles past K are zero-filled by TMA: S need
+//   not divide K). The weights are loaded evict-first: read once, they would push the
+//   partial sums out of L2 before the last unit reads them (Gemma-7B, 16 tokens: 43.0
+//   against 47.4 us with the default policy).
+// - Pingpong schedule, 128 x 16 x 64 tile, persistent over (row tiles x token tiles x S)
+//   work units; S is picked per shape so that the units fill the SMs evenly
+//   (choose_splits).
+// - Epilogue (SplitKEpilogue), register level: each unit writes its float32 sums to the
+//   caller's workspace [S][M][N] and counts itself in its tile's arrival counter; the
+//   unit that arrives last adds the S partials in split order (the same sum on every
+//   call, whichever unit is last), the bias and the residual, rounds once, writes the
+//   output and sets the counter back to 0. A second kernel for that sum cost ~3 us of
+//   Gemma-7B's ~41 (the launch gap: the GEMM holds every SM's registers to its end).
+// Measured against cuBLAS's addmm and the decode linear (tools/sm90_gemm/
+// check_linear_swapab.py): docs/DESIGN.md, "The split-K swap-AB down projection".
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/gemm/gemm.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/detail.hpp"
+
+#include "linear_swapab_sm90.h"
+#include "sm90_launcher.cuh"
+
+namespace linear_swapab {
+
+using namespace cute;
+
+constexpr int kTileRows = 128, kTileTokens = 16, kTileK = 64;
+constexpr int kMaxSplits = 32;
+
+// Mainloop: the stock one, A = W [N, K] and B = x [M, K] read whole (one TMA descriptor
+// each, built over the real K), unit (m, n, l) reading split l's k-tiles.
+template <class Base>
+struct SplitKMainloop : Base {
+  using typename Base::TileShape;
+  using typename Base::ElementA;
+  using typename Base::ElementB;
+  using typename Base::StrideA;
+  using typename Base::StrideB;
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::TensorStorage;
+  using typename Base::InternalElementA;
+  using typename Base::InternalElementB;
+  using ClusterShape = typename Base::DispatchPolicy::ClusterShape;
+
+  struct Arguments {
+    ElementA const* ptr_A;  // W [N, K]
+    StrideA dA;
+    ElementB const* ptr_B;  // x [M, K]
+    StrideB dB;
+    int K;                  // the whole K (the problem's K is one split's)
+  };
+
+  struct Params : Base::Params {
+    int K = 0;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
+    auto [N, M, Ks, S] = problem_shape;
+    (void)Ks;
+    (void)S;
+    auto ptr_A = reinterpret_cast<InternalElementA const*>(args.ptr_A);
+    auto ptr_B = reinterpret_cast<InternalElementB const*>(args.ptr_B);
+    Tensor tensor_a = make_tensor(ptr_A, make_layout(make_shape(N, args.K, 1), args.dA));
+    Tensor tensor_b = make_tensor(ptr_B, make_layout(make_shape(M, args.K, 1), args.dB));
+    Params p;
+    p.tma_load_a = make_tma_copy_A_sm90(typename Base::GmemTiledCopyA{}, tensor_a,
+                                        typename Base::SmemLayoutA{}(_, _, Int<0>{}), TileShape{}, ClusterShape{});
+    p.tma_load_b = make_tma_copy_B_sm90(typename Base::GmemTiledCopyB{}, tensor_b,
+                                        typename Base::SmemLayoutB{}(_, _, Int<0>{}), TileShape{}, ClusterShape{});
+    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;
+    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;
+    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    p.K = args.K;
+    return p;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;  // the launcher checks alignment
+  }
+
+  // A tiled tensor (rows, BK, row tiles, k-tiles of the whole K, 1) seen as (rows, BK, row
+  // tiles, k-tiles per split, splits): split l's k-tile j is the whole K's k-tile
+  // l * per_split + j (past K for the last split's spare tiles: zero-filled by TMA).
+  template <class Tiled>
+  CUTLASS_DEVICE static auto split_k(Tiled const& g, int per_split, int splits) {
+    return make_tensor(g.data(), make_layout(make_shape(shape<0>(g), shape<1>(g), shape<2>(g), per_split, splits),
+                                             make_stride(stride<0>(g), stride<1>(g), stride<2>(g), stride<3>(g),
+                                                         stride<3>(g) * per_split)));
+  }
+
+  // Returns (gA_mkl, gB_nkl): (BM, BK, m, k, l) and (BN, BK, n, k, l), k the k-tiles of one
+  // split, l the split (the kernel takes its k-tile count from mode 3 of gA).
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
+    using X = Underscore;
+    auto [N, M, Ks, S] = problem_shape_MNKL;
+    const int per_split = int(Ks) / size<2>(TileShape{});
+    Tensor mA = p.tma_load_a.get_tma_tensor(make_shape(N, p.K, 1));
+    Tensor mB = p.tma_load_b.get_tma_tensor(make_shape(M, p.K, 1));
+    Tensor gA = local_tile(mA, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});
+    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});
+    return cute::make_tuple(split_k(gA, per_split, int(S)), split_k(gB, per_split, int(S)));
+  }
+
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& p, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& blk_coord,
+                           KTileIterator k_tile_iter, int k_tile_count, int thread_idx,
+                           uint32_t block_rank_in_cluster, TensorStorage& shared_tensors) {
+    (void)thread_idx;
+    (void)block_rank_in_cluster;
+    static_assert(size(ClusterShape{}) == 1, "no multicast");
+    int lane_predicate = cute::elect_one_sync();
+    if (!lane_predicate) return;
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
+    auto block_tma_a = p.tma_load_a.get_slice(0);
+    auto block_tma_b = p.tma_load_b.get_slice(0);
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    (void)k_coord;
+    Tensor gA = get<0>(load_inputs)(_, _, m_coord, _, l_coord);  // (BM, BK, k)
+    Tensor gB = get<1>(load_inputs)(_, _, n_coord, _, l_coord);  // (BN, BK, k)
+    Tensor tAgA = block_tma_a.partition_S(gA);
+    Tensor tAsA = block_tma_a.partition_D(sA);
+    Tensor tBgB = block_tma_b.partition_S(gB);
+    Tensor tBsB = block_tma_b.partition_D(sB);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      pipeline.producer_acquire(smem_pipe_write);
+      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
+      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
+      int stage = smem_pipe_write.index();
+      int k = *k_tile_iter;
+      copy(p.tma_load_a.with(*tma_barrier, 0, TMA::CacheHintSm90::EVICT_FIRST), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+      copy(p.tma_load_b.with(*tma_barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+      ++k_tile_iter;
+      ++smem_pipe_write;
+    }
+  }
+};
+
+// The row stride of the partial sums: N rounded up to 4 floats (16-byte loads).
+CUTLASS_HOST_DEVICE int partial_stride(int N) { return (N + 3) / 4 * 4; }
+
+// Epilogue, register level: the unit's float32 sums to workspace[l][token][row]; the last
+// unit of a tile to arrive reduces the tile (see the top).
+template <class Element_>
+class SplitKEpilogue {
+ public:
+  using Element = Element_;
+  using ElementC = Element;
+  using ElementD = Element;
+  using StrideC = cute::Stride<cute::Int<1>, int64_t, int64_t>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
+  struct Arguments {
+    float* partials = nullptr;  // [S][M][partial_stride(N)]
+    int* counters = nullptr;    // one per output tile, 0 between calls
+    Element const* bias = nullptr;
+    Element const* residual = nullptr;
+    int64_t ldr = 0;
+    Element* out = nullptr;
+    int64_t ldo = 0;
+  };
+  using Params = Arguments;
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+  CUTLASS_HOST_DEVICE SplitKEpilogue(Params const& params_, SharedStorage const& = SharedStorage())
+      : params(params_) {}
+  CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
+                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
+                                 int thread_idx, char*) {
+    constexpr int kThreads = 128;  // the consumer warpgroup that owns the tile
+    static_assert(kTileRows == 4 * 32 && kTileTokens == 4 * (kThreads / 32), "the reduction's thread map");
+    const int N = int(get<0>(problem_shape_mnkl));
+    const int M = int(get<1>(problem_shape_mnkl));
+    const int S = int(get<3>(problem_shape_mnkl));
+    const int m_tile = int(get<0>(blk_coord_mnkl)), n_tile = int(get<1>(blk_coord_mnkl));
+    const int r0 = m_tile * kTileRows, t0 = n_tile * kTileTokens;
+    const int ldp = partial_stride(N);
+    const int64_t MN = int64_t(M) * ldp;
+    const int64_t l = int64_t(get<3>(blk_coord_mnkl));
+
+    // 1. This unit's partial sums.
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor cT = make_identity_tensor(make_shape(Int<kTileRows>{}, Int<kTileTokens>{}));
+    Tensor tC = thr_mma.partition_C(cT);
+    static_assert(decltype(size(tC))::value == decltype(size(acc))::value, "one coordinate per accumulator");
+    float* __restrict__ mine = params.partials + l * MN;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); ++i) {
+      const int r = r0 + int(get<0>(tC(i)));
+      const int t = t0 + int(get<1>(tC(i)));
+      if (r < N && t < M) mine[int64_t(t) * ldp + r] = acc(i);
+    }
+
+    // 2. Arrive (the pattern of CUTLASS's split-K semaphore, no full fence): the warpgroup's
+    //    barrier orders its stores before thread 0's release-acquire increment, which
+    //    orders the other units' stores before this unit's loads; the warpgroup learns
+    //    from thread 0 whether it came last.
+    const uint32_t barrier_id = uint32_t(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) +
+                                uint32_t(threadIdx.x / kThreads) % 4;  // one per warpgroup
+    cutlass::arch::NamedBarrier::sync(kThreads, barrier_id);
+    int* counter = params.counters + int64_t(n_tile) * ((N + kTileRows - 1) / kTileRows) + m_tile;
+    uint32_t last = 0;
+    if (thread_idx == 0) {
+      int arrived;
+      asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(counter) : "memory");
+      last = arrived == S - 1;
+    }
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.red.or.pred q, %2, %3, p;\n"
+        " selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(last)
+        : "r"(last), "r"(barrier_id), "r"(kThreads)
+        : "memory");
+    if (!last) return;
+
+    // 3. The last unit: thread (q, c) sums rows r0 + 4c .. 4c + 3 for tokens t0 + 4q .. 4q + 3,
+    //    splits in order, with 16-byte loads through L2 (where the other SMs' partials
+    //    are; rows padded to ldp keep them aligned), kBatch splits in flight.
+    if (thread_idx == 0) *counter = 0;  // the next call starts from 0 (it runs after this kernel)
+    const int q = thread_idx / 32, c = thread_idx % 32;
+    const int r = r0 + 4 * c, tq = 4 * q;
+    const int tokens = min(kTileTokens, M - t0) - tq;  // this thread's, up to 4
+    if (r >= N || tokens <= 0) return;
+    constexpr int kBatch = 6;  // 8 spills
+    float4 sum[4];
+    CUTLASS_PRAGMA_UNROLL
+    for (int t = 0; t < 4; ++t) sum[t] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float* __restrict__ base = params.partials + int64_t(t0 + tq) * ldp + r;
+    for (int l0 = 0; l0 < S; l0 += kBatch) {
+      float4 v[kBatch][4];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kBatch; ++j) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < 4; ++t) {
+          if (l0 + j < S && t < tokens) {
+            v[j][t] = __ldcg(reinterpret_cast<const float4*>(base + (l0 + j) * MN + t * ldp));
+          }
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kBatch; ++j) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < 4; ++t) {
+          if (l0 + j < S && t < tokens) {
+            sum[t].x += v[j][t].x, sum[t].y += v[j][t].y, sum[t].z += v[j][t].z, sum[t].w += v[j][t].w;
+          }
+        }
+      }
+    }
+    float bias[4] = {0.f, 0.f, 0.f, 0.f};
+    if (params.bias != nullptr) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 4; ++i) bias[i] = r + i < N ? float(params.bias[r + i]) : 0.f;
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int t = 0; t < 4; ++t) {
+      if (t < tokens) {
+        const int64_t row = t0 + tq + t;
+        const float y[4] = {sum[t].x, sum[t].y, sum[t].z, sum[t].w};
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          if (r + i < N) {
+            float o = y[i] + bias[i];
+            if (params.residual != nullptr) o += float(params.residual[row * params.ldr + r + i]);
+            params.out[row * params.ldo + r + i] = Element(o);
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  Params params;
+};
+
+template <class Element>
+struct SplitKGemm {
+  using TileShape = Shape<Int<kTileRows>, Int<kTileTokens>, Int<kTileK>>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using Epilogue = SplitKEpilogue<Element>;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
+  using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      Element, cutlass::layout::RowMajor, 8,     // A = W [N, K], K contiguous
+      Element, cutlass::layout::ColumnMajor, 8,  // B = x [M, K], K contiguous
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
+  using Mainloop = SplitKMainloop<MainloopBase>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+};
+
+// The split of K: the fewest k-tiles per SM, counting each work unit's tile as one more
+// k-tile (its epilogue and the reduction's share); ties go to fewer splits.
+int choose_splits(int64_t M, int64_t K, int64_t N, int sm_count) {
+  const int64_t tiles = ((N + kTileRows - 1) / kTileRows) * ((M + kTileTokens - 1) / kTileTokens);
+  const int64_t k_tiles = (K + kTileK - 1) / kTileK;
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= kMaxSplits && s <= k_tiles; ++s) {
+    const int64_t per_split = (k_tiles + s - 1) / s;
+    if ((s - 1) * per_split >= k_tiles) continue;  // the last split would be empty
+    const int64_t rounds = (tiles * s + sm_count - 1) / sm_count;
+    const int64_t cost = rounds * (per_split + 1);
+    if (cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
+}
+
+// Arrival counters for the epilogue, one per output tile, per device and stream: calls on
+// one stream run one after another, so each finds its tiles' counters at 0, as the last
+// unit of every tile leaves them. Made on a stream's first call and kept for the process;
+// calls on another stream, which may run at the same time, get their own. The first call
+// may come while the stream is being captured into a CUDA graph: the allocation and the
+// zeroing then run outside the capture (relaxed capture mode, a private stream), so the
+// graph holds no node for them. nullptr where CUDA refused.
+int* tile_counters(int device, cudaStream_t stream, int64_t tiles) {
+  struct Set {
+    int device = -1;
+    cudaStream_t stream = nullptr;
+    int* counters = nullptr;
+    int64_t capacity = 0;
+  };
+  constexpr int kSets = 256;
+  constexpr int64_t kMinCapacity = 4096;
+  static Set sets[kSets];
+  static int used = 0;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  Set* slot = nullptr;
+  for (int i = 0; i < used; ++i) {
+    if (sets[i].device == device && sets[i].stream == stream) {
+      if (sets[i].capacity >= tiles) return sets[i].counters;
+      slot = &sets[i];  // too small: a larger set replaces it (the old one may be in use: kept)
+      break;
+    }
+  }
+  if (slot == nullptr) {
+    if (used == kSets) return nullptr;
+    slot = &sets[used];
+  }
+  const int64_t capacity = tiles > kMinCapacity ? tiles : kMinCapacity;
+  int* counters = nullptr;
+  cudaStream_t zeroing = nullptr;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t e = cudaMalloc(&counters, size_t(capacity) * sizeof(int));
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMemsetAsync(counters, 0, size_t(capacity) * sizeof(int), zeroing);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(zeroing);
+  if (zeroing != nullptr) cudaStreamDestroy(zeroing);
+  if (e != cudaSuccess && counters != nullptr) cudaFree(counters);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (e != cudaSuccess) {
+    sm90_launcher::record_cuda_error(e);
+    return nullptr;
+  }
+  if (slot == &sets[used]) ++used;
+  *slot = Set{device, stream, counters, capacity};
+  return counters;
+}
+
+struct LaunchArgs {
+  const void* x;
+  int64_t M, K, ldx;
+  const void* w;
+  int64_t ldw, N;
+  const void* bias;
+  const void* residual;
+  int64_t ldr;
+  void* out;
+  int64_t ldo;
+  float* partials;
+  int* counters;
+  int splits;
+};
+
+template <class Element>
+int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
+  using Kernel = typename SplitKGemm<Element>::Kernel;
+  auto make_arguments = [device, sm_count](LaunchArgs const& a) {
+    typename Kernel::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    const int64_t k_tiles = (a.K + kTileK - 1) / kTileK;
+    const int per_split = int((k_tiles + a.splits - 1) / a.splits);
+    args.problem_shape = make_shape(int(a.N), int(a.M), per_split * kTileK, a.splits);
+    auto& ml = args.mainloop;
+    ml.ptr_A = static_cast<Element const*>(a.w);
+    ml.dA = make_stride(a.ldw, Int<1>{}, a.N * a.ldw);
+    ml.ptr_B = static_cast<Element const*>(a.x);
+    ml.dB = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
+    ml.K = int(a.K);
+    auto& ep = args.epilogue;
+    ep.partials = a.partials;
+    ep.counters = a.counters;
+    ep.bias = static_cast<Element const*>(a.bias);
+    ep.residual = static_cast<Element const*>(a.residual);
+    ep.ldr = a.ldr;
+    ep.out = static_cast<Element*>(a.out);
+    ep.ldo = a.ldo;
+    args.hw_info.device_id = device;
+    args.hw_info.sm_count = sm_count;
+    return args;
+  };
+  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs>::run(a, device, stream, make_arguments));
+}
+
+int64_t workspace_bytes(int64_t M, int64_t K, int64_t N, int sm_count) {
+  return int64_t(choose_splits(M, K, N, sm_count)) * M * partial_stride(int(N)) * int64_t(sizeof(float));
+}
+
+}  // namespace linear_swapab
+
+extern "C" int64_t geglu_linear_swapab_sm90_workspace_bytes(int64_t M, int64_t K, int64_t N) {
+  int device = 0;
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr || M < 0 || K < 1 || N < 1) return 0;
+  return linear_swapab::workspace_bytes(M, K, N, info->sm_count);
+}
+
+extern "C" int geglu_linear_swapab_sm90(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w, int64_t ldw,
+                                        const void* bias, const void* residual, int64_t ldr, void* out, int64_t N,
+                                        int64_t ldo, void* workspace, int64_t workspace_bytes, int dtype,
+                                        void* stream) {
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+  if (M < 0 || K < 1 || N < 1 || M > kMax || K > kMax || N > kMax) return GEGLU_SM90_ERR_SHAPE;
+  if (ldx < K || ldw < K || ldo < N || (residual != nullptr && ldr < N)) return GEGLU_SM90_ERR_SHAPE;
+  if (M == 0) return GEGLU_SM90_OK;
+  if ((K * 2) % 16 || (ldx * 2) % 16 || (ldw * 2) % 16) return GEGLU_SM90_ERR_STRIDE;
+  auto misaligned = [](const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) != 0; };
+  if (x == nullptr || w == nullptr || out == nullptr || workspace == nullptr) return GEGLU_SM90_ERR_ALIGN;
+  if (misaligned(x, 16) || misaligned(w, 16) || misaligned(workspace, 16) || misaligned(out, 2) ||
+      misaligned(bias, 2) || misaligned(residual, 2)) {
+    return GEGLU_SM90_ERR_ALIGN;
+  }
+  int device = 0;
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  const int splits = linear_swapab::choose_splits(M, K, N, info->sm_count);
+  if (workspace_bytes < linear_swapab::workspace_bytes(M, K, N, info->sm_count)) return GEGLU_SM90_ERR_SHAPE;
+  const int64_t tiles = ((N + linear_swapab::kTileRows - 1) / linear_swapab::kTileRows) *
+                        ((M + linear_swapab::kTileTokens - 1) / linear_swapab::kTileTokens);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  int* counters = linear_swapab::tile_counters(device, s, tiles);
+  if (counters == nullptr) return GEGLU_SM90_ERR_CUDA;
+  linear_swapab::LaunchArgs a;  // the params-cache key: zeroed, padding included
+  std::memset(&a, 0, sizeof a);
+  a.x = x, a.M = M, a.K = K, a.ldx = ldx;
+  a.w = w, a.ldw = ldw, a.N = N;
+  a.bias = bias, a.residual = residual, a.ldr = residual != nullptr ? ldr : 0;
+  a.out = out, a.ldo = ldo;
+  a.partials = static_cast<float*>(workspace);
+  a.counters = counters;
+  a.splits = splits;
+  if (dtype == GEGLU_SM90_BF16) return linear_swapab::run<cutlass::bfloat16_t>(a, device, info->sm_count, s);
+  return linear_swapab::run<cutlass::half_t>(a, device, info->sm_count, s);
+}

@@ -1,0 +1,232 @@
+"""Check and time the split-K swap-AB down projection (geglu_kernels/cuda/linear_swapab_sm90.cu,
+built as .sm90dev/liblinear_swapab_sm90.so by `build_lib.sh
+geglu_kernels/cuda/linear_swapab_sm90.cu liblinear_swapab_sm90`) against cuBLAS's addmm and
+the decode linear (decode_sm90.cu, 1-4 tokens), alone and in the MLP after the swap-AB
+gate/up, at a GeGLU MLP's decode shapes.
+
+Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN, M = 1..64
+over odd (multiple-of-8) K and any output width, a bias, a residual, padded strides; the
+refusals (a workspace too small, K not a multiple of 8); CUDA-graph replay with new inputs.
+Timing: CUDA graphs, medians of 5 interleaved rounds, weights larger than L2. `--lib-b`
+adds the rows of a second build, interleaved with the first. LINEAR_SHAPES and
+LINEAR_TOKENS (comma lists) narrow the grid.
+
+    python tools/sm90_gemm/check_linear_swapab.py [--out DIR] [--lib-b PATH] [--decode-lib PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import os
+import statistics
+
+import torch
+
+from check_linear import graph_rounds, read_bandwidth
+from harness import ROOT, log, save_results
+
+DT = {torch.bfloat16: 0, torch.float16: 1}
+
+
+class SplitK:
+    def __init__(self, path):
+        L = self.L = ctypes.CDLL(path)
+        i64, vp, ci = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+        L.geglu_linear_swapab_sm90_workspace_bytes.argtypes = [i64, i64, i64]
+        L.geglu_linear_swapab_sm90_workspace_bytes.restype = i64
+        L.geglu_linear_swapab_sm90.argtypes = [vp, i64, i64, i64, vp, i64, vp, vp, i64, vp, i64, i64, vp, i64, ci, vp]
+        self.ws = {}
+
+    def workspace(self, M, K, N):
+        return self.L.geglu_linear_swapab_sm90_workspace_bytes(M, K, N)
+
+    def __call__(self, x, w, out, bias=None, residual=None, ws=None):
+        M, K, N = x.shape[0], x.shape[1], w.shape[0]
+        if ws is None:
+            key = (M, K, N, x.device)
+            if key not in self.ws:
+                self.ws[key] = torch.empty(max(self.workspace(M, K, N), 16), dtype=torch.uint8, device=x.device)
+            ws = self.ws[key]
+        s = torch.cuda.current_stream().cuda_stream
+        p = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+        return self.L.geglu_linear_swapab_sm90(
+            x.data_ptr(), M, K, x.stride(0), w.data_ptr(), w.stride(0), p(bias), p(residual),
+            0 if residual is None else residual.stride(0), out.data_ptr(), N, out.stride(0), ws.data_ptr(),
+            ws.numel(), DT[x.dtype], s)
+
+
+def padded(rows, cols, pad, dtype, scale=1.0):
+    return torch.randn(rows, cols + pad, device="cuda").mul_(scale).to(dtype)[:, :cols]
+
+
+def rel_err(y, ref):
+    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def check(lin):
+    fails = n = 0
+    tol = {torch.bfloat16: 1.2e-2, torch.float16: 2e-3}
+    for dtype in (torch.bfloat16, torch.float16):
+        for M in (1, 2, 4, 5, 8, 13, 16, 17, 32, 33, 64):
+            for K, N in ((8, 8), (24, 9), (72, 24), (520, 41), (2056, 1000), (4104, 136), (16392, 300),
+                         (24576, 3072)):
+                for pad in (0, 8):
+                    x = padded(M, K, pad, dtype)
+                    w = padded(N, K, pad, dtype, K ** -0.5)
+                    b = torch.randn(N, device="cuda").to(dtype) if pad else None
+                    r = padded(M, N, pad, dtype) if pad or M % 2 else None
+                    out = torch.full((M, N + pad), float("nan"), device="cuda", dtype=dtype)[:, :N]
+                    rc = lin(x, w, out, b, r)
+                    torch.cuda.synchronize()
+                    ref = x.double() @ w.double().t()
+                    ref = ref + (b.double() if b is not None else 0) + (r.double() if r is not None else 0)
+                    n += 1
+                    e = rel_err(out, ref) if rc == 0 else float("inf")
+                    if not e <= tol[dtype]:
+                        fails += 1
+                        log(f"  FAIL {dtype} M={M} K={K} N={N} pad={pad}: rc={rc} err={e:.3g}")
+    # Refusals: a workspace one float short, K not a multiple of 8.
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+    o = torch.empty(16, 1024, device="cuda", dtype=torch.bfloat16)
+    need = lin.workspace(16, 4096, 1024)
+    short = torch.empty(need, dtype=torch.uint8, device="cuda")[: need - 4]
+    for what, rc in (("workspace short by 4 bytes", lin(x, w, o, ws=short)),
+                     ("K=60", lin(x[:, :60], w[:, :60], o))):
+        n += 1
+        if rc == 0:
+            fails += 1
+            log(f"  FAIL: {what} was accepted")
+    # Graph replay with new inputs.
+    M, K, N = 16, 8192, 2048
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, K, device="cuda").mul_(K ** -0.5).to(torch.bfloat16)
+    r = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    lin(x, w, y, residual=r)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        lin(x, w, y, residual=r)
+    x.copy_(torch.randn_like(x))
+    y.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    n += 1
+    e = rel_err(y, x.double() @ w.double().t() + r.double())
+    if not e <= 1.2e-2:
+        fails += 1
+        log(f"  FAIL graph replay: err={e:.3g}")
+    # Two streams at once (each stream has its own arrival counters), each call's result
+    # checked after the rest have run.
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    xs = [torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(8)]
+    ys = [torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(8)]
+    ws = [torch.empty(lin.workspace(M, K, N), dtype=torch.uint8, device="cuda") for _ in range(8)]
+    torch.cuda.synchronize()
+    for i in range(8):
+        with torch.cuda.stream(streams[i % 2]):
+            lin(xs[i], w, ys[i], residual=r, ws=ws[i])
+    torch.cuda.synchronize()
+    for i in range(8):
+        n += 1
+        e = rel_err(ys[i], xs[i].double() @ w.double().t() + r.double())
+        if not e <= 1.2e-2:
+            fails += 1
+            log(f"  FAIL two streams, call {i}: err={e:.3g}")
+    log(f"checks: {n - fails}/{n} passed")
+    return fails
+
+
+def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None):
+    res = {}
+    bw_read = read_bandwidth()
+    res["bw_read"] = bw_read
+    bf = torch.bfloat16
+    shapes = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b", 3072, 24576),
+              ("gemma2-9b", 3584, 14336), ("gemma2-27b", 4608, 36864))
+    if os.environ.get("LINEAR_SHAPES"):
+        shapes = tuple(s for s in shapes if s[0] in os.environ["LINEAR_SHAPES"].split(","))
+    for name, d, H in shapes:
+        wd = torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(bf)
+        wm = torch.randn(2 * H, d, device="cuda").mul_(d ** -0.5).to(bf)
+        wg, wu = wm[:H], wm[H:]
+        for M in tuple(int(m) for m in os.environ.get("LINEAR_TOKENS", "1,4,8,16,32").split(",")):
+            x = torch.randn(M, d, device="cuda").to(bf)
+            hh = torch.randn(M, H, device="cuda").to(bf)
+            r = torch.randn(M, d, device="cuda").to(bf)
+            yy = torch.empty(M, d, device="cuda", dtype=bf)
+            cands = {
+                "down cuBLAS addmm": lambda: torch.addmm(r, hh, wd.t()),
+                "down split-K swap-AB": lambda: lin(hh, wd, yy, residual=r),
+            }
+            for i, lb in enumerate(lin_b):
+                cands[f"down split-K swap-AB [B{i + 1}]"] = lambda lb=lb: lb(hh, wd, yy, residual=r)
+            if dec is not None and M <= 4:
+                cands["down decode linear"] = lambda: dec.linear(hh, wd, yy, residual=r)
+            if swap is not None:
+                gu = lambda: swap(x, wg, wu, hh)  # noqa: E731
+                cands["MLP swap-AB + addmm"] = lambda: (gu(), torch.addmm(r, hh, wd.t()))
+                cands["MLP swap-AB + split-K"] = lambda: (gu(), lin(hh, wd, yy, residual=r))
+                for i, lb in enumerate(lin_b):
+                    cands[f"MLP swap-AB + split-K [B{i + 1}]"] = lambda lb=lb: (gu(), lb(hh, wd, yy, residual=r))
+                if dec is not None and M <= 4:
+                    cands["MLP swap-AB + decode linear"] = lambda: (gu(), dec.linear(hh, wd, yy, residual=r))
+            if swap_b is not None:  # a second gate/up build before each down projection
+                gb = lambda: swap_b(x, wg, wu, hh)  # noqa: E731
+                cands["MLP swap-AB [B] + addmm"] = lambda: (gb(), torch.addmm(r, hh, wd.t()))
+                cands["MLP swap-AB [B] + split-K"] = lambda: (gb(), lin(hh, wd, yy, residual=r))
+                if dec is not None and M <= 4:
+                    cands["MLP swap-AB [B] + decode linear"] = lambda: (gb(), dec.linear(hh, wd, yy, residual=r))
+            samples = graph_rounds(cands)
+            floor = d * H * 2 / bw_read * 1e6
+            log(f"{name} M={M}: read-bandwidth floor: down {floor:.1f} us, MLP {3 * floor:.1f} us")
+            for k, v in samples.items():
+                med = statistics.median(v)
+                f = 3 * floor if k.startswith("MLP") else floor
+                log(f"  {k:32s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {f / med:.0%} of read, "
+                    f"{med / f:.3f}x floor")
+                res[f"{name} M={M} {k}"] = v
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--no-bench", action="store_true")
+    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--lib", default=os.path.join(ROOT, ".sm90dev", "liblinear_swapab_sm90.so"))
+    ap.add_argument("--lib-b", action="append", default=[],
+                    help="another build, timed beside --lib as [B1], [B2], ... (repeatable)")
+    ap.add_argument("--decode-lib", help="the decode linear (check_decode.py's library)")
+    ap.add_argument("--swap-lib", default=os.path.join(ROOT, ".sm90dev", "libgeglu_swapab_sm90.so"),
+                    help="the swap-AB gate/up, for the MLP rows")
+    ap.add_argument("--swap-lib-b", help="a second gate/up build, for MLP rows [B]")
+    a = ap.parse_args()
+    lin = SplitK(a.lib)
+    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        f"{datetime.date.today()}")
+    fails = 0 if a.no_check else check(lin)
+    dec = swap = None
+    if a.decode_lib:
+        from check_decode import Decode
+
+        dec = Decode(a.decode_lib)
+    if os.path.exists(a.swap_lib):
+        from check_swap import Swap
+
+        swap = Swap(a.swap_lib)
+    swap_b = None
+    if a.swap_lib_b:
+        from check_swap import Swap
+
+        swap_b = Swap(a.swap_lib_b)
+    res = {} if a.no_bench else bench(lin, [SplitK(p) for p in a.lib_b], dec, swap, swap_b)
+    save_results(a.out, "check_linear_swapab", res)
+    raise SystemExit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()
