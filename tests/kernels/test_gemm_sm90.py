@@ -363,31 +363,45 @@ def test_mlp_decode_broadcast_operands(sm90, kernel):
 SPLITK_CASES = [(5, 8392, 3001), (16, 8392, 3001), (17, 8200, 3072), (32, 8392, 3001), (2, 4096, 6500)]
 
 
+def splitk_operands(m, hidden, n, dtype, seed, k=64):
+    """x [1, m, k], the merged gate/up weight, a down weight of >= 48 MiB, b_down (odd m),
+    a residual with a padded row stride."""
+    x = rand((1, m, k), dtype, seed)
+    w = rand((2 * hidden, k), dtype, seed + 1, scale=k**-0.5)
+    wd = rand((n, hidden), dtype, seed + 2, scale=hidden**-0.5)
+    assert n * hidden * 2 >= 48 << 20
+    bd = rand((n,), dtype, seed + 3) if m % 2 else None
+    residual = rand((m, n + 8), dtype, seed + 4)[:, :n].unsqueeze(0)
+    return x, w, wd, bd, residual
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", SPLITK_CASES, ids=lambda c: f"M{c[0]}-H{c[1]}-N{c[2]}")
 def test_mlp_splitk_down_projection(sm90, kernel, case, dtype):
-    """_geglu_mlp at up to 32 tokens with a large down weight: the swap-AB gate/up, then
-    the split-K swap-AB linear (y, h and its workspace in one buffer), with b_down and a
-    padded residual, against the float64 reference; never the decode linear or cuBLAS."""
+    """_geglu_mlp at up to 32 tokens with a large down weight (the swap-AB gate/up, then
+    the split-K swap-AB linear; y, h and its workspace in one buffer), with b_down and a
+    padded residual, against the float64 reference."""
     m, hidden, n = case
-    k = 64
-    x = rand((1, m, k), dtype, 141)
-    w = rand((2 * hidden, k), dtype, 142, scale=k**-0.5)
-    wd = rand((n, hidden), dtype, 143, scale=hidden**-0.5)
-    assert n * hidden * 2 >= 48 << 20
-    bd = rand((n,), dtype, 144) if m % 2 else None
-    residual = rand((m, n + 8), dtype, 145)[:, :n].unsqueeze(0)
-    buffer = n + hidden + 64 * (n + 4)  # per token: y, h, the float32 partial sums of <= 32 splits
+    x, w, wd, bd, residual = splitk_operands(m, hidden, n, dtype, 141)
+    poison_allocator(m, n + hidden + 64 * (n + 4), dtype)  # per token: y, h, <= 32 splits' float32 partials
     with torch.no_grad():
-        names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, w, None, wd, (None, None, bd), residual))
-        poison_allocator(m, buffer, dtype)
         y = kernel.geglu_mlp(x, w, None, wd, (None, None, bd), residual)
-    assert any("geglu_swapab" in s for s in names) and any("linear_swapab" in s for s in names), names
-    # Nothing else (a stream's first split-K call zeroes its arrival counters: a memset).
-    assert all("geglu_swapab" in s or "linear_swapab" in s or s.startswith("Memset") for s in names), names
     expected = mlp_reference(x[0], w[:hidden], w[hidden:], wd, bd, residual[0], "tanh")
     assert y.shape == (1, m, n) and y.is_contiguous()
     assert_close(y[0], expected, dtype, hidden)
+
+
+@pytest.mark.parametrize("case", [SPLITK_CASES[1], SPLITK_CASES[-1]], ids=lambda c: f"M{c[0]}-H{c[1]}-N{c[2]}")
+def test_mlp_splitk_route(sm90, kernel, case):
+    """test_mlp_splitk_down_projection's calls run the swap-AB gate/up and the split-K
+    linear and nothing else: not the decode linear (even at 2 tokens, where this output
+    is too wide for its one wave), not torch's GEMM."""
+    x, w, wd, bd, residual = splitk_operands(*case, torch.bfloat16, 141)
+    with torch.no_grad():
+        names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, w, None, wd, (None, None, bd), residual))
+    assert any("geglu_swapab" in s for s in names) and any("linear_swapab" in s for s in names), names
+    # Nothing else (a stream's first split-K call zeroes its arrival counters: a memset).
+    assert all("geglu_swapab" in s or "linear_swapab" in s or s.startswith("Memset") for s in names), names
 
 
 def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel):
