@@ -30,17 +30,17 @@
 //   - else at up to 32 tokens with a weight of >= 48 MiB (kSplitKMinWeightBytes), the
 //     split-K swap-AB linear (linear_swapab_sm90.cu). The MLP with it against the same
 //     gate/up followed by cuBLAS's addmm (CUDA graphs, us, H200;
-//     benchmarks/results/h200/splitk/):
+//     benchmarks/results/h200/splitk/final/check_linear_swapab.log):
 //                     8 tokens        16 tokens       32 tokens
-//       Gemma-2B      57.6 / 59.2     58.2 / 58.9     57.8 / 59.6
-//       Gemma-7B     115.4 / 116.2   116.8 / 117.7   116.4 / 117.6
-//       Gemma-2-9B    86.7 / 85.9     88.7 / 88.6     85.8 / 86.2
-//       Gemma-2-27B  252.5 / 253.9   254.1 / 257.0   245.7 / 250.1 (and 248.0 / 251.0
+//       Gemma-2B      58.1 / 59.3     58.8 / 59.4     57.6 / 59.9
+//       Gemma-7B     115.8 / 116.8   116.2 / 118.3   116.1 / 118.3
+//       Gemma-2-9B    84.3 / 86.2     87.8 / 88.0     87.0 / 88.7
+//       Gemma-2-27B  247.1 / 249.4   250.6 / 253.1   244.4 / 251.4 (and 244.3 / 247.3
 //                                                      at 1 token, where the decode
 //                                                      linear's grid does not fit)
-//     and with Gemma-2-2B's 40.5 MiB weight, 43.3 / 40.9 at 8 tokens: below the
-//     threshold, torch's GEMM. At 1-4 tokens the decode linear's pair is faster than it
-//     (Gemma-7B, 1 token: 112.9 against 113.2);
+//     and with Gemma-2-2B's 40.5 MiB weight 43.6 / 41.2 at 8 tokens: below the
+//     threshold, torch's GEMM. At 1-4 tokens the decode linear's pair is as fast or
+//     faster (1 token: Gemma-7B 112.4 both, Gemma-2B 54.5 against 56.4);
 //   - else none (torch's GEMM, with b_down and the residual);
 // - fused_decode_mlp (_geglu_mlp): where the swap-AB gate/up and one of the down kernels
 //   serve a call (1-32 tokens), their two launches with y, h and the split-K workspace in
