@@ -40,7 +40,11 @@
 //                                                      linear's grid does not fit)
 //     and with Gemma-2-2B's 40.5 MiB weight 43.6 / 41.2 at 8 tokens: below the
 //     threshold, torch's GEMM. At 1-4 tokens the decode linear's pair is as fast or
-//     faster (1 token: Gemma-7B 112.4 both, Gemma-2B 54.5 against 56.4);
+//     faster (1 token: Gemma-7B 112.4 both, Gemma-2B 54.5 against 56.4). On the H100
+//     (results/h100_final/splitk/) the margins are smaller and Gemma-2-9B at 16 / 32 tokens
+//     is behind: 119.0 / 117.9 against 116.4 / 117.0 (Gemma-7B 166.9 / 166.0 against
+//     167.2 / 166.4; Gemma-2-27B at 1 token 360.0 against 363.6): one rule for both
+//     cards, as for the gate/up, and the route keeps torch's GEMM call off the host;
 //   - else none (torch's GEMM, with b_down and the residual);
 // - fused_decode_mlp (_geglu_mlp): where the swap-AB gate/up and one of the down kernels
 //   serve a call (1-32 tokens), their two launches with y, h and the split-K workspace in
