@@ -140,7 +140,7 @@ def check(lin):
     return fails
 
 
-def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None):
+def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None, dec_b=None):
     res = {}
     bw_read = read_bandwidth()
     res["bw_read"] = bw_read
@@ -166,6 +166,8 @@ def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None):
                 cands[f"down split-K swap-AB [B{i + 1}]"] = lambda lb=lb: lb(hh, wd, yy, residual=r)
             if dec is not None and M <= 4:
                 cands["down decode linear"] = lambda: dec.linear(hh, wd, yy, residual=r)
+            if dec_b is not None and M <= 4:
+                cands["down decode linear [B]"] = lambda: dec_b.linear(hh, wd, yy, residual=r)
             if swap is not None:
                 gu = lambda: swap(x, wg, wu, hh)  # noqa: E731
                 cands["MLP swap-AB + addmm"] = lambda: (gu(), torch.addmm(r, hh, wd.t()))
@@ -174,6 +176,8 @@ def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None):
                     cands[f"MLP swap-AB + split-K [B{i + 1}]"] = lambda lb=lb: (gu(), lb(hh, wd, yy, residual=r))
                 if dec is not None and M <= 4:
                     cands["MLP swap-AB + decode linear"] = lambda: (gu(), dec.linear(hh, wd, yy, residual=r))
+                if dec_b is not None and M <= 4:
+                    cands["MLP swap-AB + decode linear [B]"] = lambda: (gu(), dec_b.linear(hh, wd, yy, residual=r))
             if swap_b is not None:  # a second gate/up build before each down projection
                 gb = lambda: swap_b(x, wg, wu, hh)  # noqa: E731
                 cands["MLP swap-AB [B] + addmm"] = lambda: (gb(), torch.addmm(r, hh, wd.t()))
@@ -201,6 +205,7 @@ def main():
     ap.add_argument("--lib-b", action="append", default=[],
                     help="another build, timed beside --lib as [B1], [B2], ... (repeatable)")
     ap.add_argument("--decode-lib", help="the decode linear (check_decode.py's library)")
+    ap.add_argument("--decode-lib-b", help="a second decode linear build, rows [B]")
     ap.add_argument("--swap-lib", default=os.path.join(ROOT, ".sm90dev", "libgeglu_swapab_sm90.so"),
                     help="the swap-AB gate/up, for the MLP rows")
     ap.add_argument("--swap-lib-b", help="a second gate/up build, for MLP rows [B]")
@@ -209,11 +214,12 @@ def main():
     log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
         f"{datetime.date.today()}")
     fails = 0 if a.no_check else check(lin)
-    dec = swap = None
+    dec = swap = dec_b = None
     if a.decode_lib:
         from check_decode import Decode
 
         dec = Decode(a.decode_lib)
+        dec_b = Decode(a.decode_lib_b) if a.decode_lib_b else None
     if os.path.exists(a.swap_lib):
         from check_swap import Swap
 
@@ -223,7 +229,7 @@ def main():
         from check_swap import Swap
 
         swap_b = Swap(a.swap_lib_b)
-    res = {} if a.no_bench else bench(lin, [SplitK(p) for p in a.lib_b], dec, swap, swap_b)
+    res = {} if a.no_bench else bench(lin, [SplitK(p) for p in a.lib_b], dec, swap, swap_b, dec_b)
     save_results(a.out, "check_linear_swapab", res)
     raise SystemExit(1 if fails else 0)
 
