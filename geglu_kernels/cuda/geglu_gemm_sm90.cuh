@@ -39,6 +39,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
+#include "register_epilogue.cuh"
 #include "gelu_math.cuh"
 
 namespace geglu_sm90 {
@@ -248,55 +249,32 @@ struct GegluMainloopSm90 : Base {
 // Epilogue: gelu(gate + bg) * (up + bu) from one accumulator, register level; or,
 // kGated = false, gelu(acc + bg) (bu unused). BN: output columns per tile.
 // ---------------------------------------------------------------------------------
+template <class Element>
+struct GegluEpilogueArguments {
+  Element* ptr_out = nullptr;
+  int64_t ldo = 0;
+  Element const* bias_g = nullptr;  // [H] or null (the bias when not gated)
+  Element const* bias_u = nullptr;  // [H] or null (gated only)
+  int approximate = 1;              // 1: tanh form, 0: exact (erf)
+#ifdef GEGLU_SM90_TUNING_VARIANTS
+  int debug_nostore = 0;  // tuning build (tools/sm90_gemm) only: compute, store nothing
+#endif
+};
+
 template <class Element_, int BN, bool kGated = true>
-class GegluEpilogue {
+class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpilogueArguments<Element_>,
+                                                            cute::Stride<int64_t, cute::Int<1>, int64_t>> {
+  using Base = sm90_epilogue::RegisterEpilogue<Element_, GegluEpilogueArguments<Element_>,
+                                               cute::Stride<int64_t, cute::Int<1>, int64_t>>;
+  using Base::params;
+
  public:
   using Element = Element_;
-  // Names the warp-specialized kernels read (their C/D typedefs); C is never loaded.
-  using ElementC = Element;
-  using ElementD = Element;
-  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-
-  struct SharedStorage {};
-  using TensorStorage = SharedStorage;
-
-  struct Arguments {
-    Element* ptr_out = nullptr;
-    int64_t ldo = 0;
-    Element const* bias_g = nullptr;  // [H] or null (the bias when not gated)
-    Element const* bias_u = nullptr;  // [H] or null (gated only)
-    int approximate = 1;              // 1: tanh form, 0: exact (erf)
-#ifdef GEGLU_SM90_TUNING_VARIANTS
-    int debug_nostore = 0;  // tuning build (tools/sm90_gemm) only: compute, store nothing
-#endif
-  };
-  using Params = Arguments;
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const&) {
-    return true;
-  }
+  using typename Base::Params;
+  using typename Base::SharedStorage;
 
   CUTLASS_HOST_DEVICE
-  GegluEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : params(params_) {}
-
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
+  GegluEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
             class FrgLayout, class TiledMma, class ResidueMNK>
@@ -492,8 +470,6 @@ class GegluEpilogue {
     y = __shfl_xor_sync(0xffffffffu, y, 2);
     if (b1) { p[0] = x; p[1] = y; } else { p[2] = x; p[3] = y; }
   }
-
-  Params params;
 };
 
 }  // namespace geglu_sm90

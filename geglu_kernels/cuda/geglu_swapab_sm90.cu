@@ -42,6 +42,7 @@
 
 #include "geglu_swapab_sm90.h"
 #include "gelu_math.cuh"
+#include "register_epilogue.cuh"
 #include "sm90_launcher.cuh"
 
 namespace geglu_swapab {
@@ -208,45 +209,27 @@ struct SwapAbMainloop : Base {
 // Epilogue, register level: accumulator rows [0, 64) are the gate, [64, 128) the up of
 // the same units (MMA_M index 0 and 1 of the same fragment element); the output is
 // transposed (out[token][unit]), one 2-byte store per value.
+template <class Element>
+struct SwapAbArguments {
+  Element* ptr_out = nullptr;
+  int64_t ldo = 0;
+  Element const* bias_g = nullptr;
+  Element const* bias_u = nullptr;
+  int approximate = 1;
+};
+
 template <class Element_>
-class SwapAbEpilogue {
+class SwapAbEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SwapAbArguments<Element_>,
+                                                             cute::Stride<cute::Int<1>, int64_t, int64_t>> {
+  using Base = sm90_epilogue::RegisterEpilogue<Element_, SwapAbArguments<Element_>,
+                                               cute::Stride<cute::Int<1>, int64_t, int64_t>>;
+  using Base::params;
+
  public:
   using Element = Element_;
-  using ElementC = Element;
-  using ElementD = Element;
-  using StrideC = cute::Stride<cute::Int<1>, int64_t, int64_t>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  struct SharedStorage {};
-  using TensorStorage = SharedStorage;
-  struct Arguments {
-    Element* ptr_out = nullptr;
-    int64_t ldo = 0;
-    Element const* bias_g = nullptr;
-    Element const* bias_u = nullptr;
-    int approximate = 1;
-  };
-  using Params = Arguments;
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const&) {
-    return true;
-  }
-  CUTLASS_HOST_DEVICE SwapAbEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : params(params_) {}
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
+  using typename Base::Params;
+  using typename Base::SharedStorage;
+  CUTLASS_HOST_DEVICE SwapAbEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -289,7 +272,6 @@ class SwapAbEpilogue {
       }
     }
   }
-  Params params;
 };
 
 // 16 tokens per tile: at 64 tokens it lost to the engine (Gemma-7B 86.7 against 76.4 us;

@@ -42,6 +42,7 @@
 #include "cutlass/epilogue/collective/detail.hpp"
 
 #include "linear_swapab_sm90.h"
+#include "register_epilogue.cuh"
 #include "sm90_launcher.cuh"
 
 namespace linear_swapab {
@@ -171,48 +172,29 @@ CUTLASS_HOST_DEVICE int partial_stride(int N) { return (N + 3) / 4 * 4; }
 
 // Epilogue, register level: the unit's float32 sums to workspace[l][token][row]; the last
 // unit of a tile to arrive reduces the tile (see the top).
+template <class Element>
+struct SplitKArguments {
+  float* partials = nullptr;  // [S][M][partial_stride(N)]
+  int* counters = nullptr;    // one per output tile, 0 between calls
+  Element const* bias = nullptr;
+  Element const* residual = nullptr;
+  int64_t ldr = 0;
+  Element* out = nullptr;
+  int64_t ldo = 0;
+};
+
 template <class Element_>
-class SplitKEpilogue {
+class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
+                                                             cute::Stride<cute::Int<1>, int64_t, int64_t>> {
+  using Base = sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
+                                               cute::Stride<cute::Int<1>, int64_t, int64_t>>;
+  using Base::params;
+
  public:
   using Element = Element_;
-  using ElementC = Element;
-  using ElementD = Element;
-  using StrideC = cute::Stride<cute::Int<1>, int64_t, int64_t>;
-  using StrideD = StrideC;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  struct SharedStorage {};
-  using TensorStorage = SharedStorage;
-  struct Arguments {
-    float* partials = nullptr;  // [S][M][partial_stride(N)]
-    int* counters = nullptr;    // one per output tile, 0 between calls
-    Element const* bias = nullptr;
-    Element const* residual = nullptr;
-    int64_t ldr = 0;
-    Element* out = nullptr;
-    int64_t ldo = 0;
-  };
-  using Params = Arguments;
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const&) {
-    return true;
-  }
-  CUTLASS_HOST_DEVICE SplitKEpilogue(Params const& params_, SharedStorage const& = SharedStorage())
-      : params(params_) {}
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
+  using typename Base::Params;
+  using typename Base::SharedStorage;
+  CUTLASS_HOST_DEVICE SplitKEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -320,9 +302,6 @@ class SplitKEpilogue {
       }
     }
   }
-
- private:
-  Params params;
 };
 
 template <class Element>
