@@ -30,7 +30,7 @@ import statistics
 import torch
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, save_results
+from harness import ROOT, log, padded, rel_err, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -47,15 +47,6 @@ class Decode:
         return self.L.geglu_decode_sm90_linear(
             x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), w.data_ptr(), w.stride(0), p(bias), p(residual),
             0 if residual is None else residual.stride(0), out.data_ptr(), w.shape[0], out.stride(0), DT[x.dtype], s)
-
-
-def padded(rows, cols, pad, dtype, scale=1.0):
-    base = torch.randn(rows, cols + pad, device="cuda", dtype=torch.float32).mul_(scale).to(dtype)
-    return base[:, :cols]
-
-
-def rel_err(y, ref):
-    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
 
 
 def check(dec):

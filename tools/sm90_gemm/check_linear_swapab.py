@@ -25,7 +25,7 @@ import statistics
 import torch
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, save_results
+from harness import ROOT, log, padded, rel_err, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -55,14 +55,6 @@ class SplitK:
             x.data_ptr(), M, K, x.stride(0), w.data_ptr(), w.stride(0), p(bias), p(residual),
             0 if residual is None else residual.stride(0), out.data_ptr(), N, out.stride(0), ws.data_ptr(),
             ws.numel(), DT[x.dtype], s)
-
-
-def padded(rows, cols, pad, dtype, scale=1.0):
-    return torch.randn(rows, cols + pad, device="cuda").mul_(scale).to(dtype)[:, :cols]
-
-
-def rel_err(y, ref):
-    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
 
 
 def check(lin):

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, save_results
+from harness import ROOT, log, padded, rel_err, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -45,14 +45,6 @@ class Swap:
         return self.L.geglu_swapab_sm90(
             x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), wg.data_ptr(), wu.data_ptr(), wg.stride(0),
             p(bg), p(bu), out.data_ptr(), wg.shape[0], out.stride(0), DT[x.dtype], int(tanh), s)
-
-
-def padded(rows, cols, pad, dtype, scale=1.0):
-    return torch.randn(rows, cols + pad, device="cuda").mul_(scale).to(dtype)[:, :cols]
-
-
-def rel_err(y, ref):
-    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
 
 
 def check(swap):

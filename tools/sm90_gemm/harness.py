@@ -1,9 +1,12 @@
 """What the ctypes check/bench scripts here share: the repository root (the libraries
-are under ROOT/.sm90dev) and one log, printed as it is written and saved whole at the
-end, so a script and the helpers it imports from another one write to the same file."""
+are under ROOT/.sm90dev), one log, printed as it is written and saved whole at the
+end, so a script and the helpers it imports from another one write to the same file,
+and the operands and error measure of their float64 checks."""
 
 import json
 import os
+
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _lines: list[str] = []
@@ -26,3 +29,13 @@ def save_results(out_dir: str, stem: str, results) -> None:
     save_log(os.path.join(out_dir, stem + ".log"))
     with open(os.path.join(out_dir, stem + ".json"), "w") as f:
         json.dump(results, f, indent=1)
+
+
+def padded(rows, cols, pad, dtype, scale=1.0):
+    """A fresh random [rows, cols] matrix on the GPU whose row stride is cols + pad."""
+    return torch.randn(rows, cols + pad, device="cuda").mul_(scale).to(dtype)[:, :cols]
+
+
+def rel_err(y, ref):
+    """max |y - ref| / max |ref|, ref a float64 tensor."""
+    return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
