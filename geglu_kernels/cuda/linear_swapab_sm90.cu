@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
@@ -340,37 +341,41 @@ int choose_splits(int64_t M, int64_t K, int64_t N, int sm_count) {
   return best;
 }
 
-// Arrival counters for the epilogue, one per output tile, per device and stream: calls on
-// one stream run one after another, so each finds its tiles' counters at 0, as the last
-// unit of every tile leaves them. Made on a stream's first call and kept for the process;
-// calls on another stream, which may run at the same time, get their own. The first call
-// may come while the stream is being captured into a CUDA graph: the allocation and the
-// zeroing then run outside the capture (relaxed capture mode, a private stream), so the
-// graph holds no node for them. nullptr where CUDA refused.
+// Arrival counters for the epilogue, one per output tile, zero between calls: the last
+// unit of every tile leaves its counter at 0. Calls that may run at the same time must
+// not share them, so a set belongs to a device, a stream and, for a call being captured
+// into a CUDA graph, that capture: calls on one stream run one after another, and so do
+// the launches of one graph, while two graphs captured on one stream may be replayed on
+// two streams at once. A set is made on its first call and kept for the process (4 KB
+// and up: one per stream and per graph); the first call may come inside the capture, so
+// the allocation and the zeroing run outside it (relaxed capture mode, a private stream)
+// and the graph holds no node for them. nullptr where CUDA refused.
 int* tile_counters(int device, cudaStream_t stream, int64_t tiles) {
   struct Set {
-    int device = -1;
-    cudaStream_t stream = nullptr;
-    int* counters = nullptr;
-    int64_t capacity = 0;
+    int device;
+    cudaStream_t stream;
+    unsigned long long capture;  // 0: not capturing
+    int* counters;
+    int64_t capacity;
   };
-  constexpr int kSets = 256;
-  constexpr int64_t kMinCapacity = 4096;
-  static Set sets[kSets];
-  static int used = 0;
+  constexpr int64_t kMinCapacity = 1024;
+  static std::vector<Set> sets;
   static std::mutex mu;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture = 0;
+  if (cudaStreamGetCaptureInfo(stream, &status, &capture) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (status != cudaStreamCaptureStatusActive) capture = 0;
   std::lock_guard<std::mutex> lock(mu);
   Set* slot = nullptr;
-  for (int i = 0; i < used; ++i) {
-    if (sets[i].device == device && sets[i].stream == stream) {
-      if (sets[i].capacity >= tiles) return sets[i].counters;
-      slot = &sets[i];  // too small: a larger set replaces it (the old one may be in use: kept)
+  for (Set& set : sets) {
+    if (set.device == device && set.stream == stream && set.capture == capture) {
+      if (set.capacity >= tiles) return set.counters;
+      slot = &set;  // too small: a larger set replaces it (the old one may be in use: kept)
       break;
     }
-  }
-  if (slot == nullptr) {
-    if (used == kSets) return nullptr;
-    slot = &sets[used];
   }
   const int64_t capacity = tiles > kMinCapacity ? tiles : kMinCapacity;
   int* counters = nullptr;
@@ -388,8 +393,11 @@ int* tile_counters(int device, cudaStream_t stream, int64_t tiles) {
     sm90_launcher::record_cuda_error(e);
     return nullptr;
   }
-  if (slot == &sets[used]) ++used;
-  *slot = Set{device, stream, counters, capacity};
+  if (slot != nullptr) {
+    *slot = Set{device, stream, capture, counters, capacity};
+  } else {
+    sets.push_back(Set{device, stream, capture, counters, capacity});
+  }
   return counters;
 }
 

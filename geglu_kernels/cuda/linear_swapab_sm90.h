@@ -14,11 +14,11 @@
 // residual, one rounding per output.
 //
 // Asynchronous on `stream` (a cudaStream_t) and CUDA-graph capturable. The first call on
-// a stream allocates that stream's tile arrival counters (a few KB, kept for the process)
-// and zeroes them on a private stream, synchronously, outside any capture under way; every
-// other call neither allocates nor synchronizes. Calls on one stream must not overlap (they
-// cannot: a stream runs its kernels in order); calls on different streams may. The first
-// call also sets the kernel's shared-memory attribute. Returns GEGLU_SM90_OK
+// a stream, and the first of each CUDA-graph capture, allocates its tile arrival counters
+// (4 KB and up, kept for the process) and zeroes them on a private stream, synchronously,
+// outside the capture under way; every other call neither allocates nor synchronizes.
+// Calls on different streams and replays of different graphs may run at the same time.
+// The first call also sets the kernel's shared-memory attribute. Returns GEGLU_SM90_OK
 // (geglu_gemm_sm90.h's codes; also for M == 0) or, having launched nothing, a status for
 // geglu_gemm_sm90_status_string().
 //

@@ -218,8 +218,8 @@ void launch_down(Down kind, const Tensor &like, const void *h, int64_t m, int64_
                                         sm90_dtype(like), geglu_cuda::current_stream(like)));
 }
 
-// Elements of `like`'s dtype from y's end to the next 16-byte boundary: y [m, n] first in
-// a buffer, what follows it aligned.
+// elems elements of `like`'s dtype rounded up to whole 16-byte words: where what follows
+// y ([m, n], first in a buffer) starts, aligned.
 int64_t aligned_elems(int64_t elems, const Tensor &like) {
   const int64_t per16 = 16 / static_cast<int64_t>(like.element_size());
   return (elems + per16 - 1) / per16 * per16;

@@ -405,38 +405,50 @@ def test_mlp_splitk_route(sm90, kernel, case):
 
 
 def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel):
-    """The split-K route captured into a CUDA graph on a fresh stream (its first call on
-    that stream, which makes the stream's arrival counters, happens inside the capture)
-    and replayed with new inputs; then calls alternating between two streams at once,
-    each stream with its own counters. Every result against the float64 reference, and
+    """The split-K route captured into CUDA graphs (the first call of a capture, which
+    makes that capture's arrival counters, happens inside it) and replayed with new
+    inputs; two graphs captured on one stream replayed on two streams at once; calls
+    alternating between two streams. Every result against the float64 reference, and
     opcheck of the op on this route."""
     dtype, m, hidden, n, k = torch.bfloat16, 8, 8192, 3072, 128
     w = rand((2 * hidden, k), dtype, 151, scale=k**-0.5)
     wd = rand((n, hidden), dtype, 152, scale=hidden**-0.5)
     op = kernel._ops.ops._geglu_mlp.default
-    x = rand((m, k), dtype, 153)
+
+    def expected(x):
+        return mlp_reference(x, w[:hidden], w[hidden:], wd, None, None, "tanh")
+
     with torch.no_grad():
-        op(x, w, None, wd, None, None, None, None, "tanh")  # the kernels' attributes, outside the capture
+        xs = [rand((m, k), dtype, 153 + i) for i in range(2)]
+        op(xs[0], w, None, wd, None, None, None, None, "tanh")  # the kernels' attributes, outside the capture
         torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=torch.cuda.Stream()):
-            y = op(x, w, None, wd, None, None, None, None, "tanh")
-        for seed in (154, 155):
-            x.copy_(rand((m, k), dtype, seed))
-            y.fill_(float("nan"))
-            g.replay()
-            torch.cuda.synchronize()
-            assert_close(y, mlp_reference(x, w[:hidden], w[hidden:], wd, None, None, "tanh"), dtype, hidden)
+        capture_stream, graphs, ys = torch.cuda.Stream(), [], []
+        for x in xs:
+            graphs.append(torch.cuda.CUDAGraph())
+            with torch.cuda.graph(graphs[-1], stream=capture_stream):
+                ys.append(op(x, w, None, wd, None, None, None, None, "tanh"))
         streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-        xs = [rand((m, k), dtype, 160 + i) for i in range(6)]
-        ys = []
+        for seed in (160, 170):
+            for i, x in enumerate(xs):
+                x.copy_(rand((m, k), dtype, seed + i))
+                ys[i].fill_(float("nan"))
+            torch.cuda.synchronize()
+            for _ in range(3):  # both graphs in flight at once, each replay ordered after its last
+                for g, s in zip(graphs, streams):
+                    with torch.cuda.stream(s):
+                        g.replay()
+            torch.cuda.synchronize()
+            for x, y in zip(xs, ys):
+                assert_close(y, expected(x), dtype, hidden)
+        xs = [rand((m, k), dtype, 180 + i) for i in range(6)]
+        outs = []
         torch.cuda.synchronize()
-        for i, xi in enumerate(xs):
+        for i, x in enumerate(xs):
             with torch.cuda.stream(streams[i % 2]):
-                ys.append(op(xi, w, None, wd, None, None, None, None, "tanh"))
+                outs.append(op(x, w, None, wd, None, None, None, None, "tanh"))
         torch.cuda.synchronize()
-        for xi, yi in zip(xs, ys):
-            assert_close(yi, mlp_reference(xi, w[:hidden], w[hidden:], wd, None, None, "tanh"), dtype, hidden)
+        for x, y in zip(xs, outs):
+            assert_close(y, expected(x), dtype, hidden)
     torch.library.opcheck(op, (xs[0], w, None, wd, None, None, None, None, "tanh"))
 
 
