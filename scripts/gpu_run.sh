@@ -50,11 +50,11 @@ for stage in $stages; do
     # time limit still names its failures; -rfEs: the summary names them again.
     test) run test python3 -m pytest -v -rfEs --junitxml="$OUT/junit.xml" -p no:cacheprovider ${PYTEST_ARGS:-} ;;
     sanitize)
-      # Not the route tests that read kernel names from torch.profiler: CUPTI cannot
-      # subscribe beside compute-sanitizer (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED).
+      # Not the route tests that read kernel names from torch.profiler (marker `profiler`):
+      # CUPTI cannot subscribe beside compute-sanitizer (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED).
       run sanitize compute-sanitizer --tool memcheck --error-exitcode 9 \
         python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_cuda_kernels.py tests/kernels/test_gemm_sm90.py \
-        -k "not 2_31 and not large and not runs_the_engine and not runs_cublas" ;;
+        -m "not profiler" -k "not 2_31 and not large" ;;
     bench)
       # torch.compile's anchors compile inside the benchmark processes; inductor's pool of
       # compile worker processes would start and warm up in the background while later

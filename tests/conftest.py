@@ -31,6 +31,9 @@ DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped, and reported as skipped, on CPU)")
     config.addinivalue_line("markers", "slow: long-running")
+    config.addinivalue_line(
+        "markers", "profiler: reads kernel names from torch.profiler (CUPTI cannot attach beside compute-sanitizer)"
+    )
     config.addinivalue_line("markers", "quick: the kernels/ and api/ tests not marked slow (set by conftest)")
 
 

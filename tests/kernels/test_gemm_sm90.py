@@ -266,6 +266,7 @@ def mlp_reference(x, wg, wu, wd, bd, residual, approximate):
     return y + (0 if bd is None else bd.double()) + (0 if residual is None else residual.double())
 
 
+@pytest.mark.profiler
 def test_mlp_op_runs_the_engine_or_the_swapab_and_decode_kernels_where_they_serve(sm90, kernel):
     """The per-layer op _geglu_mlp picks its kernels in C++: for an aligned bf16 call the
     swap-AB gate/up at <= 32 tokens (with the decode linear as the down projection at
@@ -327,6 +328,7 @@ def test_mlp_decode_down_projection_odd_sizes(sm90, kernel, m, dtype):
         assert_close(y[0], expected, dtype, hidden)
 
 
+@pytest.mark.profiler
 def test_mlp_decode_opcheck(sm90, kernel):
     """opcheck (schema, fake registration, AOT dispatch) of _geglu_mlp where the swap-AB
     gate/up and the decode linear run: its output is a view, at offset 0, of the one
@@ -391,6 +393,7 @@ def test_mlp_splitk_down_projection(sm90, kernel, case, dtype):
     assert_close(y[0], expected, dtype, hidden)
 
 
+@pytest.mark.profiler
 @pytest.mark.parametrize("case", [SPLITK_CASES[1], SPLITK_CASES[-1]], ids=lambda c: f"M{c[0]}-H{c[1]}-N{c[2]}")
 def test_mlp_splitk_route(sm90, kernel, case):
     """test_mlp_splitk_down_projection's calls run the swap-AB gate/up and the split-K
@@ -452,6 +455,7 @@ def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel):
     torch.library.opcheck(op, (xs[0], w, None, wd, None, None, None, None, "tanh"))
 
 
+@pytest.mark.profiler
 def test_mlp_decode_down_projection_wider_than_one_wave_runs_cublas(sm90, kernel):
     """An output width whose decode-linear grid would need a second wave of blocks
     (geglu_decode_sm90_linear_max_n: at most 6 blocks of 8 rows per SM), with a down
@@ -497,6 +501,7 @@ def test_linear_bias_gelu_engine_against_float64(sm90, kernel, mkn, approximate,
         assert_close(y, linear_gelu_reference(x, w, b, approximate), dtype, k)
 
 
+@pytest.mark.profiler
 @pytest.mark.parametrize(
     "what,m,k,approximate,dtype,engine",
     [
