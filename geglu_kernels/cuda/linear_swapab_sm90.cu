@@ -446,8 +446,9 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
   return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs>::run(a, device, stream, make_arguments));
 }
 
-int64_t workspace_bytes(int64_t M, int64_t K, int64_t N, int sm_count) {
-  return int64_t(choose_splits(M, K, N, sm_count)) * M * partial_stride(int(N)) * int64_t(sizeof(float));
+// The float32 partial sums of `splits` splits: [splits][M][partial_stride(N)].
+int64_t partials_bytes(int splits, int64_t M, int64_t N) {
+  return int64_t(splits) * M * partial_stride(int(N)) * int64_t(sizeof(float));
 }
 
 }  // namespace linear_swapab
@@ -456,7 +457,7 @@ extern "C" int64_t geglu_linear_swapab_sm90_workspace_bytes(int64_t M, int64_t K
   int device = 0;
   sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr || M < 0 || K < 1 || N < 1) return 0;
-  return linear_swapab::workspace_bytes(M, K, N, info->sm_count);
+  return linear_swapab::partials_bytes(linear_swapab::choose_splits(M, K, N, info->sm_count), M, N);
 }
 
 extern "C" int geglu_linear_swapab_sm90(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w, int64_t ldw,
@@ -479,7 +480,7 @@ extern "C" int geglu_linear_swapab_sm90(const void* x, int64_t M, int64_t K, int
   sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   const int splits = linear_swapab::choose_splits(M, K, N, info->sm_count);
-  if (workspace_bytes < linear_swapab::workspace_bytes(M, K, N, info->sm_count)) return GEGLU_SM90_ERR_SHAPE;
+  if (workspace_bytes < linear_swapab::partials_bytes(splits, M, N)) return GEGLU_SM90_ERR_SHAPE;
   const int64_t tiles = ((N + linear_swapab::kTileRows - 1) / linear_swapab::kTileRows) *
                         ((M + linear_swapab::kTileTokens - 1) / linear_swapab::kTileTokens);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
