@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
 import os
-import statistics
 
 import torch
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, padded, rel_err, save_results
+from harness import ROOT, log, log_device, log_rows, padded, rel_err, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -135,11 +133,7 @@ def bench(dec, dec_b=None):
             samples = graph_rounds(cands)
             floor = d * H * 2 / bw_read * 1e6
             log(f"{name} M={M}: read-bandwidth floor {floor:.1f} us")
-            for k, v in samples.items():
-                med = statistics.median(v)
-                log(f"  {k:28s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {floor / med:.0%} of read, "
-                    f"{med / floor:.3f}x floor")
-                res[f"{name} M={M} {k}"] = v
+            log_rows(f"{name} M={M}", samples, lambda k: floor, res, width=28)
     return res
 
 
@@ -151,8 +145,7 @@ def main():
     ap.add_argument("--lib-b", help="a second build of the decode linear, timed beside --lib")
     a = ap.parse_args()
     dec = Decode(a.lib)
-    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-        f"{datetime.date.today()}")
+    log_device()
     fails = check(dec)
     res = {} if a.no_bench else bench(dec, Decode(a.lib_b) if a.lib_b else None)
     save_results(a.out, "check_decode", res)

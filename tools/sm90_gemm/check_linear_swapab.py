@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
 import os
-import statistics
 
 import torch
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, padded, rel_err, save_results
+from harness import ROOT, log, log_device, log_rows, padded, rel_err, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -179,12 +177,7 @@ def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None, dec_b=None):
             samples = graph_rounds(cands)
             floor = d * H * 2 / bw_read * 1e6
             log(f"{name} M={M}: read-bandwidth floor: down {floor:.1f} us, MLP {3 * floor:.1f} us")
-            for k, v in samples.items():
-                med = statistics.median(v)
-                f = 3 * floor if k.startswith("MLP") else floor
-                log(f"  {k:32s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {f / med:.0%} of read, "
-                    f"{med / f:.3f}x floor")
-                res[f"{name} M={M} {k}"] = v
+            log_rows(f"{name} M={M}", samples, lambda k: 3 * floor if k.startswith("MLP") else floor, res)
     return res
 
 
@@ -203,8 +196,7 @@ def main():
     ap.add_argument("--swap-lib-b", help="a second gate/up build, for MLP rows [B]")
     a = ap.parse_args()
     lin = SplitK(a.lib)
-    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-        f"{datetime.date.today()}")
+    log_device()
     fails = 0 if a.no_check else check(lin)
     dec = swap = dec_b = None
     if a.decode_lib:

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
 import os
-import statistics
 
 import torch
 import torch.nn.functional as F
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, padded, rel_err, save_results
+from harness import ROOT, log, log_device, log_rows, padded, rel_err, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -135,11 +133,8 @@ def bench(swap, gemm, swap_b=None, dec=None):
             samples = graph_rounds(cands)
             floor = 2 * d * H * 2 / bw_read * 1e6
             log(f"{name} M={M}: read-bandwidth floor: gate/up {floor:.1f} us, MLP {1.5 * floor:.1f} us")
-            for k, v in samples.items():
-                med = statistics.median(v)
-                f = 1.5 * floor if k.startswith("MLP") else floor
-                log(f"  {k:54s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {f / med:.0%} of read")
-                res[f"{name} M={M} {k}"] = v
+            log_rows(f"{name} M={M}", samples, lambda k: 1.5 * floor if k.startswith("MLP") else floor, res,
+                     width=54)
     return res
 
 
@@ -153,8 +148,7 @@ def main():
     ap.add_argument("--decode-lib", help="the decode kernels (check_decode.py's library)")
     a = ap.parse_args()
     swap = Swap(a.lib)
-    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-        f"{datetime.date.today()}")
+    log_device()
     fails = check(swap)
     gemm = None
     if os.path.exists(a.gemm_lib):

@@ -3,8 +3,10 @@ are under ROOT/.sm90dev), one log, printed as it is written and saved whole at t
 end, so a script and the helpers it imports from another one write to the same file,
 and the operands and error measure of their float64 checks."""
 
+import datetime
 import json
 import os
+import statistics
 
 import torch
 
@@ -39,3 +41,18 @@ def padded(rows, cols, pad, dtype, scale=1.0):
 def rel_err(y, ref):
     """max |y - ref| / max |ref|, ref a float64 tensor."""
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def log_device():
+    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        f"{datetime.date.today()}")
+
+
+def log_rows(title, samples, floor_of, res, width=32):
+    """Each candidate's median us per call, its range over the rounds and its share of
+    the weight-read floor floor_of(label) (us); the samples go to res["title label"]."""
+    for k, v in samples.items():
+        med, floor = statistics.median(v), floor_of(k)
+        log(f"  {k:{width}s} {med:8.1f} us ({min(v):.1f}-{max(v):.1f})  {floor / med:.0%} of read, "
+            f"{med / floor:.3f}x floor")
+        res[f"{title} {k}"] = v
