@@ -11,10 +11,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 if ! "$VENV/bin/python" -c "import torch, kernels; assert torch.__version__.startswith('2.15.')" 2>/dev/null; then
-  # PIP_CONFIG_FILE=/dev/null: PyPI itself (a machine's pip.conf may pin other indexes).
-  # --no-cache-dir: the CUDA wheels are ~3.5 GB, and a cached copy of them is what ran
-  # CI's disk full.
-  PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install -q --no-cache-dir --disable-pip-version-check \
-    torch==2.15.0 kernels==0.17.2 numpy
+  # From PyPI, one requirement per pip call (install_stepwise.py says why).
+  "$VENV/bin/python" scripts/install_stepwise.py torch==2.15.0 kernels==0.17.2 numpy
 fi
 "$VENV/bin/python" -c "import torch, kernels; print(f'setup (new torch): torch {torch.__version__}, kernels {kernels.__version__}')"
