@@ -19,7 +19,9 @@ import re
 import subprocess
 import sys
 
-PIP = [sys.executable, "-m", "pip", "--isolated", "install", "-q", "--no-cache-dir", "--disable-pip-version-check"]
+# --no-warn-conflicts: until the last step, torch's requirements are missing by design.
+PIP = [sys.executable, "-m", "pip", "--isolated", "install", "-q", "--no-cache-dir", "--disable-pip-version-check",
+       "--no-warn-conflicts"]
 
 
 def pip(*args: str) -> None:
