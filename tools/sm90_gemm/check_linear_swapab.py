@@ -6,9 +6,12 @@ gate/up, at a GeGLU MLP's decode shapes.
 
 Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN, M = 1..64
 over odd (multiple-of-8) K and any output width, a bias, a residual, padded strides; the
-refusals (a workspace too small, K not a multiple of 8); CUDA-graph replay with new inputs.
+refusals (a workspace too small, K not a multiple of 8); CUDA-graph replay with new inputs;
+with the gate/up library, the MLP pairs (gate/up writing h, the down projection reading it)
+eight calls back to back, eager and from a graph.
 Timing: CUDA graphs, medians of 5 interleaved rounds, weights larger than L2. `--lib-b`
-adds the rows of a second build, interleaved with the first. LINEAR_SHAPES and
+adds the rows of a second build, interleaved with the first (with --swap-lib-b too, rows
+of both B builds together: a change that spans the two kernels). LINEAR_SHAPES and
 LINEAR_TOKENS (comma lists) narrow the grid.
 
     python tools/sm90_gemm/check_linear_swapab.py [--out DIR] [--lib-b PATH] [--decode-lib PATH]
@@ -130,6 +133,62 @@ def check(lin):
     return fails
 
 
+def check_pairs(pairs):
+    """The MLP as the op runs it, each down projection reading the h its gate/up wrote the
+    moment before: pairs is [(label, gate_up, down)], gate_up(x, wg, wu, h) and
+    down(h, w, y, residual). Eight calls back to back with new x each (h reused, so a
+    down projection that read h before its gate/up finished would read the last call's),
+    eager and replayed from a CUDA graph, each y against a float64 reference."""
+    fails = n = 0
+    bf = torch.bfloat16
+    for d, H, tokens in ((3072, 24576, (1, 4, 16, 32)), (520, 1000, (3, 17))):
+        wg = torch.randn(H, d, device="cuda").mul_(d ** -0.5).to(bf)
+        wu = torch.randn(H, d, device="cuda").mul_(d ** -0.5).to(bf)
+        wd = torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(bf)
+        for M in tokens:
+            xs = [torch.randn(M, d, device="cuda").to(bf) for _ in range(8)]
+            r = torch.randn(M, d, device="cuda").to(bf)
+            refs = []
+            for xi in xs:
+                gate, up = xi.double() @ wg.double().t(), xi.double() @ wu.double().t()
+                tanh = torch.tanh((2 / torch.pi) ** 0.5 * (gate + 0.044715 * gate**3))
+                h = (0.5 * gate * (1 + tanh) * up).to(bf)
+                refs.append(h.double() @ wd.double().t() + r.double())
+            for label, gate_up, down in pairs:
+                if "decode" in label and M > 4:
+                    continue
+                x = torch.empty(M, d, device="cuda", dtype=bf)
+                hh = torch.empty(M, H, device="cuda", dtype=bf)
+                y = torch.empty(M, d, device="cuda", dtype=bf)
+
+                def call(x=x, hh=hh, y=y, gate_up=gate_up, down=down):
+                    gate_up(x, wg, wu, hh)
+                    down(hh, wd, y, residual=r)
+
+                graph = torch.cuda.CUDAGraph()
+                x.copy_(xs[0])
+                call()
+                torch.cuda.synchronize()
+                with torch.cuda.graph(graph):
+                    call()
+                for mode, run in (("eager", call), ("graph", graph.replay)):
+                    ys = [torch.full((M, d), float("nan"), device="cuda", dtype=bf) for _ in xs]
+                    hh.fill_(float("nan"))
+                    for xi, yi in zip(xs, ys):
+                        x.copy_(xi)
+                        run()
+                        yi.copy_(y)
+                    torch.cuda.synchronize()
+                    for i, (yi, ref) in enumerate(zip(ys, refs)):
+                        n += 1
+                        e = rel_err(yi, ref)
+                        if not e <= 1.5e-2:
+                            fails += 1
+                            log(f"  FAIL MLP {label} d={d} H={H} M={M} {mode} call {i}: err={e:.3g}")
+    log(f"MLP pair checks: {n - fails}/{n} passed")
+    return fails
+
+
 def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None, dec_b=None):
     res = {}
     bw_read = read_bandwidth()
@@ -174,6 +233,11 @@ def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None, dec_b=None):
                 cands["MLP swap-AB [B] + split-K"] = lambda: (gb(), lin(hh, wd, yy, residual=r))
                 if dec is not None and M <= 4:
                     cands["MLP swap-AB [B] + decode linear"] = lambda: (gb(), dec.linear(hh, wd, yy, residual=r))
+                # Both halves from the B builds (a change that spans the two kernels).
+                for i, lb in enumerate(lin_b):
+                    cands[f"MLP swap-AB [B] + split-K [B{i + 1}]"] = lambda lb=lb: (gb(), lb(hh, wd, yy, residual=r))
+                if dec_b is not None and M <= 4:
+                    cands["MLP swap-AB [B] + decode linear [B]"] = lambda: (gb(), dec_b.linear(hh, wd, yy, residual=r))
             samples = graph_rounds(cands)
             floor = d * H * 2 / bw_read * 1e6
             log(f"{name} M={M}: read-bandwidth floor: down {floor:.1f} us, MLP {3 * floor:.1f} us")
@@ -213,7 +277,15 @@ def main():
         from check_swap import Swap
 
         swap_b = Swap(a.swap_lib_b)
-    res = {} if a.no_bench else bench(lin, [SplitK(p) for p in a.lib_b], dec, swap, swap_b, dec_b)
+    lin_b = [SplitK(p) for p in a.lib_b]
+    if swap is not None and not a.no_check:
+        pairs = [("swap-AB + split-K", swap, lin)]
+        pairs += [(f"swap-AB + decode linear{t}", swap, d.linear) for t, d in (("", dec), (" [B]", dec_b)) if d]
+        if swap_b is not None:
+            pairs += [(f"swap-AB [B] + split-K [B{i + 1}]", swap_b, lb) for i, lb in enumerate(lin_b)]
+            pairs += [("swap-AB [B] + decode linear [B]", swap_b, dec_b.linear)] if dec_b else []
+        fails += check_pairs(pairs)
+    res = {} if a.no_bench else bench(lin, lin_b, dec, swap, swap_b, dec_b)
     save_results(a.out, "check_linear_swapab", res)
     raise SystemExit(1 if fails else 0)
 
