@@ -2,10 +2,13 @@
 replayed from a CUDA graph, against the weight-read floor.
 
     python benchmarks/decode_mlp.py [--sizes gemma-7b,gemma-2b] [--tokens 1,16] [--rounds 5]
+    python benchmarks/decode_mlp.py --build-b DIR   # + row "geglu [B]": DIR/build's layer
 
 Rows, each a Transformers GemmaMLP (bf16, inference mode) on the same input:
   eager     the module as Transformers runs it (three cuBLAS GEMMs, GELU, mul);
   geglu     the module kernelized with this checkout's build/ (example.py's recipe);
+  geglu [B] with --build-b, the same with another checkout's build/ (two builds in one
+            process, interleaved: an A/B of a kernel change);
   liger     Liger's LigerGEGLUMLP forward on the same module (where importable);
   cublas    cuBLAS's GEMMs alone: the merged [2 * hidden, dim] gate/up GEMM, then the
             down GEMM on a fixed h (no activation): what the fused kernels replace.
@@ -21,6 +24,7 @@ $OUT/decode_mlp.json when OUT is set.
 
 import argparse
 import copy
+import functools
 import json
 import os
 import statistics
@@ -86,7 +90,7 @@ def liger_forward(module):
     return m
 
 
-def rows_for(dim: int, hidden: int, tokens: int):
+def rows_for(dim: int, hidden: int, tokens: int, build_b: "Path | None" = None):
     """{row: call()} on one input, each checked against eager first."""
     from transformers import GemmaConfig
     from transformers.models.gemma.modeling_gemma import GemmaMLP
@@ -97,6 +101,9 @@ def rows_for(dim: int, hidden: int, tokens: int):
     eager = eager.to(torch.bfloat16).eval()
     x = torch.randn(1, tokens, dim, device="cuda", dtype=torch.bfloat16)
     layers = {"eager": eager, "geglu": example.kernelize_with_geglu(copy.deepcopy(eager), layer=example.local_layer)}
+    if build_b is not None:
+        layer_b = functools.partial(example.local_layer, path=build_b.resolve())
+        layers["geglu [B]"] = example.kernelize_with_geglu(copy.deepcopy(eager), layer=layer_b)
     lig = liger_forward(eager)
     if lig is not None:
         layers["liger"] = lig
@@ -123,6 +130,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="gemma-7b,gemma-2b")
     ap.add_argument("--tokens", default="1,16")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--build-b", type=Path, help="a directory holding another build/ (e.g. a kernel change's): "
+                    "its kernelized layer is timed too, interleaved with this checkout's, as row 'geglu [B]'")
     args = ap.parse_args(argv)
 
     bandwidth = copy_bandwidth()
@@ -135,7 +144,7 @@ def main(argv=None) -> int:
             dim, hidden = SIZES[size]
             floor_us = 3 * dim * hidden * 2 / bandwidth * 1e6
             for tokens in (int(t) for t in args.tokens.split(",")):
-                calls = rows_for(dim, hidden, tokens)
+                calls = rows_for(dim, hidden, tokens, args.build_b)
                 timed = {}
                 for name, call in calls.items():
                     for _ in range(3):  # warm (JIT, autotuning) before anything is timed
@@ -156,12 +165,12 @@ def main(argv=None) -> int:
 
     print(f"\n== Gemma MLP at decode, us (median of {args.rounds} interleaved rounds, spread), bf16, "
           f"{meta['device']}; x floor = time / weight-read floor")
-    print(f"{'size':9} {'tokens':>6} {'mode':6} {'row':7} {'us':>8} {'spread':>13} {'x floor':>8} {'eager/row':>9}")
+    print(f"{'size':9} {'tokens':>6} {'mode':6} {'row':9} {'us':>8} {'spread':>13} {'x floor':>8} {'eager/row':>9}")
     for r in results:
         eager_us = next(e["us"] for e in results if e["row"] == "eager" and e["mode"] == r["mode"]
                         and e["size"] == r["size"] and e["tokens"] == r["tokens"])
         lo, hi = r["spread"]
-        print(f"{r['size']:9} {r['tokens']:6} {r['mode']:6} {r['row']:7} {r['us']:8.1f} {f'{lo:.1f}-{hi:.1f}':>13} "
+        print(f"{r['size']:9} {r['tokens']:6} {r['mode']:6} {r['row']:9} {r['us']:8.1f} {f'{lo:.1f}-{hi:.1f}':>13} "
               f"{r['us'] / r['floor_us']:7.3f}x {eager_us / r['us']:8.2f}x")
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "decode_mlp.json").write_text(json.dumps(dict(meta=meta, rows=results), indent=1))
