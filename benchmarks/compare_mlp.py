@@ -75,8 +75,8 @@ def interleaved_us(fns: dict, rounds: int = ROUNDS) -> dict:
     return {k: (sorted(v)[len(v) // 2], v) for k, v in samples.items()}
 
 
-def graph_us(fn) -> float:
-    """Time fn replayed from a CUDA graph (no Python / launch overhead)."""
+def graphed(fn):
+    """fn captured in a CUDA graph (warmed on a side stream first); returns its replay."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -86,7 +86,12 @@ def graph_us(fn) -> float:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
-    return bench_us(g.replay)
+    return g.replay
+
+
+def graph_us(fn) -> float:
+    """Time fn replayed from a CUDA graph (no Python / launch overhead)."""
+    return bench_us(graphed(fn))
 
 
 def rel_err(a, b) -> float:

@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import example  # noqa: E402  (the kernelize recipe the README documents)
+from compare_mlp import graphed  # noqa: E402  (its CUDA-graph capture)
 
 SIZES = {"gemma-2b": (2048, 16384), "gemma-7b": (3072, 24576)}  # (dim, hidden)
 BURST = 50  # plain calls per timed burst
@@ -64,20 +65,6 @@ def timed_burst(call, n: int = BURST) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e3 / n
-
-
-def graphed(call):
-    """call captured in a CUDA graph (warmed on a side stream first); returns its replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        call()
-    return g.replay
 
 
 def liger_forward(module):
