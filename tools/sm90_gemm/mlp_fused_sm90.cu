@@ -1,0 +1,392 @@
+// Experiment (tools/ only, not in the product): the decode MLP's two GEMMs in one
+// persistent kernel on Hopper (sm_90a).
+//
+//   h = gelu(x Wg^T + bg) * (x Wu^T + bu)         (the swap-AB gate/up, geglu_swapab_sm90.cu)
+//   y = h Wd^T + bd + residual                    (the split-K down projection, linear_swapab_sm90.cu)
+//
+// Why: the op runs these as two kernels. Between them each SM drains its pipeline and the
+// second kernel ramps up again, and the host pays a second launch (docs/DESIGN.md, "Issue
+// 15's MLP rows as a user runs the layer"). Here one CUTLASS GemmUniversal (pingpong,
+// persistent) runs both kinds of work unit in one queue:
+// - Both kernels instantiate the same CollectiveMma (128 x 16 x 64 tile, 12 stages), so one
+//   pipeline and one shared-memory layout serve both; this file reuses their mainloops
+//   (SwapAbMainloop, SplitKMainloop) and epilogues as they are.
+// - Units: the G = ceil(H / 64) gate/up units, then the down projection's T = ceil(D / 128)
+//   row tiles x S splits of its K (= H), per token tile, in that order (the scheduler's
+//   batch mode carries the unit index). S = ceil(G / KT) with KT = ceil(D / 64), so that a
+//   down unit has the gate/up units' k-tile count (CUTLASS's kernel has one count).
+// - Split s of the down projection reads h columns [64 KT s, 64 KT (s + 1)): gate/up units
+//   [KT s, KT (s + 1)). Each of those, after storing its h, fences its stores for the async
+//   proxy (TMA reads h) and adds 1 to ready[s][token tile] (release); the down unit's
+//   producer waits until that count is complete (acquire, then the proxy fence) before
+//   loading h. The last of the T down units past the wait sets the count back to 0.
+// - Cross-CTA waits deadlock if a waited-on unit belongs to a CTA that is not resident
+//   (MPS, green contexts, another stream's kernel holding SMs): the launch is cooperative,
+//   which the driver refuses unless every CTA can be resident at once.
+// - The weights are read evict-first (as in both kernels); the split-K epilogue sums the
+//   splits deterministically (in split order), as the two-kernel route does.
+//
+// Build and check: tools/sm90_gemm/build_lib.sh tools/sm90_gemm/mlp_fused_sm90.cu
+// libmlp_fused_sm90, then tools/sm90_gemm/check_mlp_fused.py.
+
+// The two kernels' sources, in this translation unit (their C launchers come along).
+#include "geglu_swapab_sm90.cu"
+#include "linear_swapab_sm90.cu"
+
+#include <type_traits>
+
+namespace mlp_fused {
+
+using namespace cute;
+
+constexpr int kTileRows = 128, kTileTokens = 16, kTileK = 64;
+
+// The run's unit layout (see the top).
+struct Units {
+  int gate_up;      // G
+  int down_tiles;   // T
+  int splits;       // S
+  int k_tiles;      // KT
+  int token_tiles;  // NT
+};
+
+// Gate/up units of split s (the last split may hold fewer).
+CUTLASS_HOST_DEVICE int gate_up_units_of(Units const& u, int split) {
+  const int rest = u.gate_up - split * u.k_tiles;
+  return rest < u.k_tiles ? rest : u.k_tiles;
+}
+
+template <class Base>
+struct FusedMainloop : Base {
+  using GateUp = geglu_swapab::SwapAbMainloop<Base>;
+  using Down = linear_swapab::SplitKMainloop<Base>;
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::TensorStorage;
+
+  struct Arguments {
+    typename GateUp::Arguments gate_up;
+    typename Down::Arguments down;
+    int H, D, M;
+    Units units;
+    int* ready;   // [S][NT]
+    int* passed;  // [S][NT]
+  };
+
+  // The kernel reads the stage's byte count from these Params (both unit kinds load
+  // 128 x 64 weights and 16 x 64 tokens a stage); the loads use the two sub-params.
+  struct Params : Base::Params {
+    typename GateUp::Params gate_up;
+    typename Down::Params down;
+    int H = 0, D = 0, M = 0;
+    Units units{};
+    int* ready = nullptr;
+    int* passed = nullptr;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void* workspace) {
+    Params p;
+    p.gate_up = GateUp::to_underlying_arguments(make_shape(2 * args.H, args.M, args.D, 1), args.gate_up, workspace);
+    p.down = Down::to_underlying_arguments(
+        make_shape(args.D, args.M, args.units.k_tiles * kTileK, args.units.splits), args.down, workspace);
+    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;
+    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;
+    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    p.H = args.H, p.D = args.D, p.M = args.M;
+    p.units = args.units;
+    p.ready = args.ready;
+    p.passed = args.passed;
+    return p;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;  // the launcher checks alignment
+  }
+
+  CUTLASS_DEVICE
+  static void prefetch_tma_descriptors(Params const& p) {
+    GateUp::prefetch_tma_descriptors(p.gate_up);
+    cute::prefetch_tma_descriptor(p.down.tma_load_a.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.down.tma_load_b.get_tma_descriptor());
+  }
+
+  // (gate rows, x, up rows, W_down, h) tiled as the two mainloops tile them. The kernel
+  // reads the k-tile count from mode 3 of the first (KT) and passes the scheduler's
+  // coordinates through unchanged (idx2crd of an integer shape).
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const&, Params const& p) const {
+    auto gu = GateUp{}.load_init(make_shape(2 * p.H, p.M, p.D, 1), p.gate_up);
+    auto dn = Down{}.load_init(make_shape(p.D, p.M, p.units.k_tiles * kTileK, p.units.splits), p.down);
+    return cute::make_tuple(get<0>(gu), get<2>(gu), get<1>(gu), get<0>(dn), get<1>(dn));
+  }
+
+  // Until the gate/up units of `split` have stored their h rows of token tile n; then the
+  // async proxy (TMA) sees those stores. Every lane of the producer warp waits.
+  CUTLASS_DEVICE static void wait_ready(Params const& p, int split, int n) {
+    const int need = gate_up_units_of(p.units, split);
+    const int index = split * p.units.token_tiles + n;
+    const int* flag = p.ready + index;
+    while (true) {
+      int v;
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+      if (v >= need) break;
+      __nanosleep(64);
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    if (cute::elect_one_sync()) {
+      // The last down unit of (split, n) past the wait leaves both counts at 0 for the next
+      // call (every gate/up unit has counted, every down unit has read).
+      if (atomicAdd(p.passed + index, 1) == p.units.down_tiles - 1) {
+        p.ready[index] = 0;
+        p.passed[index] = 0;
+      }
+    }
+    __syncwarp();
+  }
+
+  template <class... Inputs, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& p, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           cute::tuple<Inputs...> const& in, BlockCoord const& blk_coord, KTileIterator k_tile_iter,
+                           int k_tile_count, int thread_idx, uint32_t block_rank_in_cluster,
+                           TensorStorage& shared_tensors) {
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    (void)m_coord;
+    const int unit = int(l_coord), n = int(n_coord);
+    if (unit < p.units.gate_up) {
+      // SwapAbMainloop::load takes (gate rows, up rows, x).
+      GateUp{}.load(p.gate_up, pipeline, smem_pipe_write, cute::make_tuple(get<0>(in), get<2>(in), get<1>(in)),
+                    make_coord(unit, n, k_coord, 0), k_tile_iter, k_tile_count, thread_idx, block_rank_in_cluster,
+                    shared_tensors);
+      return;
+    }
+    const int d = unit - p.units.gate_up, split = d / p.units.down_tiles, tile = d % p.units.down_tiles;
+    wait_ready(p, split, n);
+    Down{}.load(p.down, pipeline, smem_pipe_write, cute::make_tuple(get<3>(in), get<4>(in)),
+                make_coord(tile, n, k_coord, split), k_tile_iter, k_tile_count, thread_idx, block_rank_in_cluster,
+                shared_tensors);
+  }
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& p) {
+    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
+              static_cast<typename Base::Params const&>(p));
+  }
+};
+
+template <class Element>
+struct FusedArguments {
+  geglu_swapab::SwapAbArguments<Element> gate_up;
+  linear_swapab::SplitKArguments<Element> down;
+  int H = 0, D = 0, M = 0;
+  Units units{};
+  int* ready = nullptr;
+};
+
+// The gate/up units' epilogue (h, then the release of the split's count) or the split-K
+// one, by unit.
+template <class Element_>
+class FusedEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>,
+                                                            cute::Stride<cute::Int<1>, int64_t, int64_t>> {
+  using Base = sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>,
+                                               cute::Stride<cute::Int<1>, int64_t, int64_t>>;
+  using Base::params;
+
+ public:
+  using Element = Element_;
+  using typename Base::Params;
+  using typename Base::SharedStorage;
+  CUTLASS_HOST_DEVICE FusedEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL, BlockShapeMNK blk_shape, BlockCoordMNKL blk_coord_mnkl,
+                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK residue,
+                                 int thread_idx, char* smem) {
+    constexpr int kThreads = 128;  // the consumer warpgroup that owns the unit
+    const int unit = int(get<3>(blk_coord_mnkl)), n = int(get<1>(blk_coord_mnkl));
+    Units const& u = params.units;
+    if (unit < u.gate_up) {
+      geglu_swapab::SwapAbEpilogue<Element> gate_up(params.gate_up);
+      gate_up(make_shape(2 * params.H, params.M, params.D, 1), blk_shape, make_coord(unit, n, 0, 0), acc, tiled_mma,
+              residue, thread_idx, smem);
+      // Each thread's h stores, then the warpgroup's barrier, then thread 0's release.
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+      const uint32_t barrier_id = uint32_t(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) +
+                                  uint32_t(threadIdx.x / kThreads) % 4;
+      cutlass::arch::NamedBarrier::sync(kThreads, barrier_id);
+      if (thread_idx == 0) {
+        int* flag = params.ready + (unit / u.k_tiles) * u.token_tiles + n;
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(flag) : "memory");
+      }
+      return;
+    }
+    const int d = unit - u.gate_up;
+    linear_swapab::SplitKEpilogue<Element> down(params.down);
+    down(make_shape(params.D, params.M, u.k_tiles * kTileK, u.splits), blk_shape,
+         make_coord(d % u.down_tiles, n, 0, d / u.down_tiles), acc, tiled_mma, residue, thread_idx, smem);
+  }
+};
+
+template <class Element>
+struct FusedGemm {
+  using MainloopBase = typename linear_swapab::SplitKGemm<Element>::MainloopBase;
+  static_assert(std::is_same_v<MainloopBase, typename geglu_swapab::SwapAbGemm<Element>::MainloopBase>,
+                "both kernels instantiate one CollectiveMma: one pipeline serves both unit kinds");
+  using Epilogue = FusedEpilogue<Element>;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
+  using Mainloop = FusedMainloop<MainloopBase>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+};
+
+Units units_of(int64_t M, int64_t D, int64_t H) {
+  Units u;
+  u.gate_up = int((H + 63) / 64);
+  u.down_tiles = int((D + kTileRows - 1) / kTileRows);
+  u.k_tiles = int((D + kTileK - 1) / kTileK);
+  u.splits = (u.gate_up + u.k_tiles - 1) / u.k_tiles;
+  u.token_tiles = int((M + kTileTokens - 1) / kTileTokens);
+  return u;
+}
+
+struct Call {
+  const void *x, *wg, *wu, *bg, *bu, *wd, *bd, *residual;
+  int64_t M, D, H, ldx, ldw, ldwd, ldr, ldh, ldo;
+  void *h, *out;
+  float* partials;
+  int* counters;  // [T x NT] split-K arrivals, [S x NT] ready, [S x NT] passed
+  int approximate;
+};
+
+// Params are built on every call (the TMA descriptors are encoded on the host: a few
+// microseconds; an experiment timed under CUDA graphs).
+template <class Element>
+int run(Call const& c, int device, int sm_count, cudaStream_t stream) {
+  using Gemm = FusedGemm<Element>;
+  using Kernel = typename Gemm::Kernel;
+  const Units u = units_of(c.M, c.D, c.H);
+  typename Kernel::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = make_shape(kTileRows, int(c.M), u.k_tiles * kTileK, u.gate_up + u.down_tiles * u.splits);
+  auto& ml = args.mainloop;
+  ml.gate_up.ptr_Ag = static_cast<Element const*>(c.wg);
+  ml.gate_up.ptr_Au = static_cast<Element const*>(c.wu);
+  ml.gate_up.dA = make_stride(c.ldw, Int<1>{}, c.H * c.ldw);
+  ml.gate_up.ptr_B = static_cast<Element const*>(c.x);
+  ml.gate_up.dB = make_stride(c.ldx, Int<1>{}, c.M * c.ldx);
+  ml.down.ptr_A = static_cast<Element const*>(c.wd);
+  ml.down.dA = make_stride(c.ldwd, Int<1>{}, c.D * c.ldwd);
+  ml.down.ptr_B = static_cast<Element const*>(c.h);
+  ml.down.dB = make_stride(c.ldh, Int<1>{}, c.M * c.ldh);
+  ml.down.K = int(c.H);
+  ml.H = int(c.H), ml.D = int(c.D), ml.M = int(c.M);
+  ml.units = u;
+  const int64_t arrivals = int64_t(u.down_tiles) * u.token_tiles, flags = int64_t(u.splits) * u.token_tiles;
+  ml.ready = c.counters + arrivals;
+  ml.passed = c.counters + arrivals + flags;
+  auto& ep = args.epilogue;
+  ep.gate_up.ptr_out = static_cast<Element*>(c.h);
+  ep.gate_up.ldo = c.ldh;
+  ep.gate_up.bias_g = static_cast<Element const*>(c.bg);
+  ep.gate_up.bias_u = static_cast<Element const*>(c.bu);
+  ep.gate_up.approximate = c.approximate;
+  ep.down.partials = c.partials;
+  ep.down.counters = c.counters;
+  ep.down.bias = static_cast<Element const*>(c.bd);
+  ep.down.residual = static_cast<Element const*>(c.residual);
+  ep.down.ldr = c.ldr;
+  ep.down.out = static_cast<Element*>(c.out);
+  ep.down.ldo = c.ldo;
+  ep.H = int(c.H), ep.D = int(c.D), ep.M = int(c.M);
+  ep.units = u;
+  ep.ready = ml.ready;
+  args.hw_info.device_id = device;
+  args.hw_info.sm_count = sm_count;
+  if (!Kernel::can_implement(args) || Kernel::get_workspace_size(args) != 0) return GEGLU_SM90_ERR_CUTLASS;
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
+
+  static std::atomic<bool> attr_set[sm90_launcher::kMaxDevices];
+  if (!attr_set[device].load(std::memory_order_acquire)) {
+    cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(Kernel::SharedStorageSize));
+    if (e != cudaSuccess) {
+      sm90_launcher::record_cuda_error(e);
+      return GEGLU_SM90_ERR_CUDA;
+    }
+    attr_set[device].store(true, std::memory_order_release);
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = Kernel::get_grid_shape(params);
+  cfg.blockDim = Kernel::get_block_shape();
+  cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;  // every CTA resident at once, or no launch
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* kargs[] = {&params};
+  cudaError_t e = cudaLaunchKernelExC(&cfg, reinterpret_cast<void const*>(cutlass::device_kernel<Kernel>), kargs);
+  if (e != cudaSuccess) {
+    sm90_launcher::record_cuda_error(e);
+    return GEGLU_SM90_ERR_CUDA;
+  }
+  return GEGLU_SM90_OK;
+}
+
+}  // namespace mlp_fused
+
+// The float32 partial sums the down projection needs, in bytes.
+extern "C" int64_t geglu_mlp_fused_sm90_workspace_bytes(int64_t M, int64_t D, int64_t H) {
+  if (M < 1 || D < 1 || H < 1) return 0;
+  return linear_swapab::partials_bytes(mlp_fused::units_of(M, D, H).splits, M, D);
+}
+
+// y [M, D] (row stride ldo) = the GeGLU MLP of x [M, D]; h [M, H] (row stride ldh) is
+// written on the way; workspace: geglu_mlp_fused_sm90_workspace_bytes, 16-byte aligned.
+extern "C" int geglu_mlp_fused_sm90(const void* x, int64_t M, int64_t D, int64_t ldx, const void* w_gate,
+                                    const void* w_up, int64_t ldw, const void* b_gate, const void* b_up,
+                                    const void* w_down, int64_t ldwd, const void* b_down, const void* residual,
+                                    int64_t ldr, void* h, int64_t H, int64_t ldh, void* out, int64_t ldo,
+                                    void* workspace, int64_t workspace_bytes, int dtype, int approximate,
+                                    void* stream) {
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+  if (M < 0 || D < 1 || H < 1 || M > kMax || 2 * H > kMax || D > kMax) return GEGLU_SM90_ERR_SHAPE;
+  if (ldx < D || ldw < D || ldwd < H || ldh < H || ldo < D || (residual != nullptr && ldr < D)) {
+    return GEGLU_SM90_ERR_SHAPE;
+  }
+  if (M == 0) return GEGLU_SM90_OK;
+  if (D % 8 || H % 8 || ldx % 8 || ldw % 8 || ldwd % 8 || ldh % 8) return GEGLU_SM90_ERR_STRIDE;
+  auto misaligned = [](const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) != 0; };
+  if (!x || !w_gate || !w_up || !w_down || !h || !out || !workspace) return GEGLU_SM90_ERR_ALIGN;
+  if (misaligned(x, 16) || misaligned(w_gate, 16) || misaligned(w_up, 16) || misaligned(w_down, 16) ||
+      misaligned(h, 16) || misaligned(workspace, 16) || misaligned(out, 2) || misaligned(b_gate, 2) ||
+      misaligned(b_up, 2) || misaligned(b_down, 2) || misaligned(residual, 2)) {
+    return GEGLU_SM90_ERR_ALIGN;
+  }
+  int device = 0;
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  const mlp_fused::Units u = mlp_fused::units_of(M, D, H);
+  if (workspace_bytes < linear_swapab::partials_bytes(u.splits, M, D)) return GEGLU_SM90_ERR_SHAPE;
+  const int64_t counters = (int64_t(u.down_tiles) + 2 * int64_t(u.splits)) * u.token_tiles;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  int* c = linear_swapab::tile_counters(device, s, counters);
+  if (c == nullptr) return GEGLU_SM90_ERR_CUDA;
+  mlp_fused::Call call{};
+  call.x = x, call.wg = w_gate, call.wu = w_up, call.bg = b_gate, call.bu = b_up;
+  call.wd = w_down, call.bd = b_down, call.residual = residual;
+  call.M = M, call.D = D, call.H = H;
+  call.ldx = ldx, call.ldw = ldw, call.ldwd = ldwd, call.ldr = residual != nullptr ? ldr : 0, call.ldh = ldh;
+  call.ldo = ldo;
+  call.h = h, call.out = out;
+  call.partials = static_cast<float*>(workspace);
+  call.counters = c;
+  call.approximate = approximate ? 1 : 0;
+  if (dtype == GEGLU_SM90_BF16) return mlp_fused::run<cutlass::bfloat16_t>(call, device, info->sm_count, s);
+  return mlp_fused::run<cutlass::half_t>(call, device, info->sm_count, s);
+}
