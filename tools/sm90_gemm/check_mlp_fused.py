@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import time
 
 import torch
 
@@ -59,6 +60,20 @@ class Fused:
         self(x, wg, wu, wd, h, y, r)
 
 
+def sync_or_exit(what, seconds=20.0):
+    """torch.cuda.synchronize(), but a kernel still running after `seconds` (a unit waiting
+    for a count that never comes) ends the process with a message instead of hanging the
+    device call until its time limit."""
+    done = torch.cuda.Event()
+    done.record()
+    start = time.monotonic()
+    while not done.query():
+        if time.monotonic() - start > seconds:
+            log(f"HANG: {what} still running after {seconds:.0f} s")
+            os._exit(3)
+        time.sleep(0.001)
+
+
 def reference(x, wg, wu, wd, r, bg, bu, bd, tanh):
     g = x.double() @ wg.double().t() + (bg.double() if bg is not None else 0)
     u = x.double() @ wu.double().t() + (bu.double() if bu is not None else 0)
@@ -87,7 +102,7 @@ def check(fused):
                     h = torch.full((M, H), float("nan"), device="cuda", dtype=dtype)
                     y = torch.full((M, D), float("nan"), device="cuda", dtype=dtype)
                     rc = fused(x, wg, wu, wd, h, y, r, bg, bu, bd, tanh)
-                    torch.cuda.synchronize()
+                    sync_or_exit(f"{dtype} M={M} D={D} H={H}")
                     n += 1
                     e = rel_err(y, reference(x, wg, wu, wd, r, bg, bu, bd, tanh)) if rc == 0 else float("inf")
                     if not e <= tol[dtype]:
@@ -108,6 +123,9 @@ def check(fused):
     for i in range(8):
         with torch.cuda.stream(streams[i % 2]):
             fused(xs[i], wg, wu, wd, hs[i], ys[i], ws=wss[i])
+    for st in streams:
+        with torch.cuda.stream(st):
+            sync_or_exit("two streams")
     torch.cuda.synchronize()
     for i in range(8):
         n += 1
