@@ -1,7 +1,7 @@
 """Issue 15's kernel-level rows: one Gemma MLP layer at decode, in plain calls and
 replayed from a CUDA graph, against the weight-read floor.
 
-    python benchmarks/decode_mlp.py [--sizes gemma-7b,gemma-2b] [--tokens 1,16] [--rounds 5]
+    python benchmarks/decode_mlp.py [--sizes gemma-7b,gemma-2b] [--tokens 1,16,64] [--rounds 5]
     python benchmarks/decode_mlp.py --build-b DIR   # + row "geglu [B]": DIR/build's layer
 
 Rows, each a Transformers GemmaMLP (bf16, inference mode) on the same input:
@@ -115,7 +115,7 @@ def rows_for(dim: int, hidden: int, tokens: int, build_b: "Path | None" = None):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="gemma-7b,gemma-2b")
-    ap.add_argument("--tokens", default="1,16")
+    ap.add_argument("--tokens", default="1,16,64")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--build-b", type=Path, help="a directory holding another build/ (e.g. a kernel change's): "
                     "its kernelized layer is timed too, interleaved with this checkout's, as row 'geglu [B]'")
