@@ -18,8 +18,9 @@
 // - Split s of the down projection reads h columns [64 KT s, 64 KT (s + 1)): gate/up units
 //   [KT s, KT (s + 1)). Each of those, after storing its h, fences its stores for the async
 //   proxy (TMA reads h) and adds 1 to ready[s][token tile] (release); the down unit's
-//   producer waits until that count is complete (acquire, then the proxy fence) before
-//   loading h. The last of the T down units past the wait sets the count back to 0.
+//   producer requests its first 12 stages of weights, waits until that count is complete
+//   (acquire, then the proxy fence), then loads h. The last of the T down units past the
+//   wait sets the count back to 0.
 // - Cross-CTA waits deadlock if a waited-on unit belongs to a CTA that is not resident
 //   (MPS, green contexts, another stream's kernel holding SMs): the launch is cooperative,
 //   which the driver refuses unless every CTA can be resident at once.
@@ -123,7 +124,7 @@ struct FusedMainloop : Base {
   }
 
   // Until the gate/up units of `split` have stored their h rows of token tile n; then the
-  // async proxy (TMA) sees those stores. Every lane of the producer warp waits.
+  // async proxy (TMA) sees those stores. Called by the lane that issues the h copies.
   CUTLASS_DEVICE static void wait_ready(Params const& p, int split, int n) {
     const int need = gate_up_units_of(p.units, split);
     const int index = split * p.units.token_tiles + n;
@@ -135,15 +136,56 @@ struct FusedMainloop : Base {
       __nanosleep(64);
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
-    if (cute::elect_one_sync()) {
-      // The last down unit of (split, n) past the wait leaves both counts at 0 for the next
-      // call (every gate/up unit has counted, every down unit has read).
-      if (atomicAdd(p.passed + index, 1) == p.units.down_tiles - 1) {
-        p.ready[index] = 0;
-        p.passed[index] = 0;
-      }
+    // The last down unit of (split, n) past the wait leaves both counts at 0 for the next
+    // call (every gate/up unit has counted, every down unit has read).
+    if (atomicAdd(p.passed + index, 1) == p.units.down_tiles - 1) {
+      p.ready[index] = 0;
+      p.passed[index] = 0;
     }
-    __syncwarp();
+  }
+
+  // A down unit: SplitKMainloop::load's copies, with the weights of the first stages
+  // requested before the wait for h (they depend on no other unit), h's after.
+  template <class TensorA, class TensorB, class KTileIterator>
+  CUTLASS_DEVICE static void load_down(Params const& p, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                                       TensorA const& gA_all, TensorB const& gB_all, int tile, int n, int split,
+                                       KTileIterator k_tile_iter, int k_tile_count, TensorStorage& shared_tensors) {
+    if (!cute::elect_one_sync()) return;
+    using BarrierType = typename MainloopPipeline::ProducerBarrierType;
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
+    auto block_tma_a = p.down.tma_load_a.get_slice(0);
+    auto block_tma_b = p.down.tma_load_b.get_slice(0);
+    Tensor tAgA = block_tma_a.partition_S(gA_all(_, _, tile, _, split));  // (BM, BK, k) of the split
+    Tensor tAsA = block_tma_a.partition_D(sA);
+    Tensor tBgB = block_tma_b.partition_S(gB_all(_, _, n, _, split));
+    Tensor tBsB = block_tma_b.partition_D(sB);
+    auto copy_a = [&](PipelineState const& state, int k) {
+      BarrierType* bar = pipeline.producer_get_barrier(state);
+      copy(p.down.tma_load_a.with(*bar, 0, TMA::CacheHintSm90::EVICT_FIRST), tAgA(_, _, _, k),
+           tAsA(_, _, _, state.index()));
+    };
+    auto copy_b = [&](PipelineState const& state, int k) {
+      BarrierType* bar = pipeline.producer_get_barrier(state);
+      copy(p.down.tma_load_b.with(*bar, 0), tBgB(_, _, _, k), tBsB(_, _, _, state.index()));
+    };
+    const int prefetch = k_tile_count < Base::DispatchPolicy::Stages ? k_tile_count : Base::DispatchPolicy::Stages;
+    PipelineState h_write = smem_pipe_write;
+    auto h_k = k_tile_iter;
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int i = 0; i < prefetch; ++i, ++k_tile_iter, ++smem_pipe_write) {
+      pipeline.producer_acquire(smem_pipe_write);  // the stage now expects both copies' bytes
+      copy_a(smem_pipe_write, *k_tile_iter);
+    }
+    wait_ready(p, split, n);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int i = 0; i < prefetch; ++i, ++h_k, ++h_write) copy_b(h_write, *h_k);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int i = prefetch; i < k_tile_count; ++i, ++k_tile_iter, ++smem_pipe_write) {
+      pipeline.producer_acquire(smem_pipe_write);
+      copy_a(smem_pipe_write, *k_tile_iter);
+      copy_b(smem_pipe_write, *k_tile_iter);
+    }
   }
 
   template <class... Inputs, class KTileIterator, class BlockCoord>
@@ -161,11 +203,9 @@ struct FusedMainloop : Base {
                     shared_tensors);
       return;
     }
-    const int d = unit - p.units.gate_up, split = d / p.units.down_tiles, tile = d % p.units.down_tiles;
-    wait_ready(p, split, n);
-    Down{}.load(p.down, pipeline, smem_pipe_write, cute::make_tuple(get<3>(in), get<4>(in)),
-                make_coord(tile, n, k_coord, split), k_tile_iter, k_tile_count, thread_idx, block_rank_in_cluster,
-                shared_tensors);
+    const int d = unit - p.units.gate_up;
+    load_down(p, pipeline, smem_pipe_write, get<3>(in), get<4>(in), d % p.units.down_tiles, n,
+              d / p.units.down_tiles, k_tile_iter, k_tile_count, shared_tensors);
   }
 
   template <class FrgTensorC>
