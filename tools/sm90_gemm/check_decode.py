@@ -28,7 +28,7 @@ import os
 import torch
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, log_device, log_rows, padded, rel_err, save_results
+from harness import ROOT, decode_grid, log, log_device, log_rows, padded, rel_err, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -114,13 +114,10 @@ def bench(dec, dec_b=None):
     bw_read = read_bandwidth()
     res["bw_read"] = bw_read
     bf = torch.bfloat16
-    shapes = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b", 3072, 24576),
-              ("gemma2-9b", 3584, 14336), ("gemma2-27b", 4608, 36864))
-    if os.environ.get("DECODE_SHAPES"):
-        shapes = tuple(s for s in shapes if s[0] in os.environ["DECODE_SHAPES"].split(","))
+    shapes, token_counts = decode_grid("DECODE", "1,2,4")
     for name, d, H in shapes:
         wd = torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(bf)
-        for M in tuple(int(m) for m in os.environ.get("DECODE_TOKENS", "1,2,4").split(",")):
+        for M in token_counts:
             hh = torch.randn(M, H, device="cuda").to(bf)
             r = torch.randn(M, d, device="cuda").to(bf)
             yy = torch.empty(M, d, device="cuda", dtype=bf)

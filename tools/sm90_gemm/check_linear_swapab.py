@@ -26,7 +26,8 @@ import os
 import torch
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, log_device, log_rows, padded, rel_err, save_results
+from harness import (ROOT, decode_grid, log, log_device, log_rows, mlp_weights, padded, rel_err, save_results,
+                     token_operands)
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -202,20 +203,11 @@ def bench(lin, lin_b=(), dec=None, swap=None, swap_b=None, dec_b=None):
     res = {}
     bw_read = read_bandwidth()
     res["bw_read"] = bw_read
-    bf = torch.bfloat16
-    shapes = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b", 3072, 24576),
-              ("gemma2-9b", 3584, 14336), ("gemma2-27b", 4608, 36864))
-    if os.environ.get("LINEAR_SHAPES"):
-        shapes = tuple(s for s in shapes if s[0] in os.environ["LINEAR_SHAPES"].split(","))
+    shapes, token_counts = decode_grid("LINEAR", "1,4,8,16,32")
     for name, d, H in shapes:
-        wd = torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(bf)
-        wm = torch.randn(2 * H, d, device="cuda").mul_(d ** -0.5).to(bf)
-        wg, wu = wm[:H], wm[H:]
-        for M in tuple(int(m) for m in os.environ.get("LINEAR_TOKENS", "1,4,8,16,32").split(",")):
-            x = torch.randn(M, d, device="cuda").to(bf)
-            hh = torch.randn(M, H, device="cuda").to(bf)
-            r = torch.randn(M, d, device="cuda").to(bf)
-            yy = torch.empty(M, d, device="cuda", dtype=bf)
+        wg, wu, wd = mlp_weights(d, H)
+        for M in token_counts:
+            x, hh, r, yy = token_operands(M, d, H)
             cands = {
                 "down cuBLAS addmm": lambda: torch.addmm(r, hh, wd.t()),
                 "down split-K swap-AB": lambda: lin(hh, wd, yy, residual=r),

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, log, log_device, log_rows, padded, rel_err, save_results
+from harness import ROOT, decode_grid, log, log_device, log_rows, padded, rel_err, save_results
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -97,15 +97,12 @@ def bench(swap, gemm, swap_b=None, dec=None):
     res = {}
     bw_read = read_bandwidth()
     bf = torch.bfloat16
-    shapes = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b", 3072, 24576),
-              ("gemma2-9b", 3584, 14336), ("gemma2-27b", 4608, 36864))
-    if os.environ.get("SWAP_SHAPES"):
-        shapes = tuple(s for s in shapes if s[0] in os.environ["SWAP_SHAPES"].split(","))
+    shapes, token_counts = decode_grid("SWAP", "1,4,8,16,32,64")
     for name, d, H in shapes:
         wm = torch.randn(2 * H, d, device="cuda").mul_(d ** -0.5).to(bf)
         wg, wu = wm[:H], wm[H:]
         wd = torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(bf)
-        for M in tuple(int(m) for m in os.environ.get("SWAP_TOKENS", "1,4,8,16,32,64").split(",")):
+        for M in token_counts:
             x = torch.randn(M, d, device="cuda").to(bf)
             r = torch.randn(M, d, device="cuda").to(bf)
             hh = torch.empty(M, H, device="cuda", dtype=bf)

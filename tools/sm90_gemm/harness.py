@@ -33,6 +33,32 @@ def save_results(out_dir: str, stem: str, results) -> None:
         json.dump(results, f, indent=1)
 
 
+# The Gemma MLPs the decode checks time: (name, model width, hidden width).
+GEMMA_SHAPES = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b", 3072, 24576),
+                ("gemma2-9b", 3584, 14336), ("gemma2-27b", 4608, 36864))
+
+
+def decode_grid(prefix, tokens):
+    """(GEMMA_SHAPES, token counts) as {prefix}_SHAPES / {prefix}_TOKENS narrow them (comma
+    lists in the environment; `tokens` is the default token list, "1,4,16")."""
+    names = os.environ.get(f"{prefix}_SHAPES")
+    shapes = tuple(s for s in GEMMA_SHAPES if not names or s[0] in names.split(","))
+    return shapes, tuple(int(m) for m in os.environ.get(f"{prefix}_TOKENS", tokens).split(","))
+
+
+def mlp_weights(d, H, dtype=torch.bfloat16):
+    """(w_gate, w_up, w_down) of a decode MLP: gate and up the two row halves of one merged
+    [2H, d] weight (as the op reads a merged weight), down [d, H]; scaled for O(1) outputs."""
+    wm = torch.randn(2 * H, d, device="cuda").mul_(d ** -0.5).to(dtype)
+    return wm[:H], wm[H:], torch.randn(d, H, device="cuda").mul_(H ** -0.5).to(dtype)
+
+
+def token_operands(M, d, H, dtype=torch.bfloat16):
+    """(x [M, d], h [M, H], residual [M, d], out [M, d]) of M tokens."""
+    x, h, r = (torch.randn(rows, cols, device="cuda").to(dtype) for rows, cols in ((M, d), (M, H), (M, d)))
+    return x, h, r, torch.empty(M, d, device="cuda", dtype=dtype)
+
+
 def padded(rows, cols, pad, dtype, scale=1.0):
     """A fresh random [rows, cols] matrix on the GPU whose row stride is cols + pad."""
     return torch.randn(rows, cols + pad, device="cuda").mul_(scale).to(dtype)[:, :cols]
