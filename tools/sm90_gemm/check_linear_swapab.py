@@ -26,8 +26,8 @@ import os
 import torch
 
 from check_linear import graph_rounds, read_bandwidth
-from harness import (ROOT, decode_grid, log, log_device, log_rows, mlp_weights, padded, rel_err, save_results,
-                     token_operands)
+from harness import (ROOT, check_linear_case, decode_grid, log, log_device, log_rows, mlp_weights, rel_err,
+                     save_results, token_operands)
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 
@@ -67,17 +67,8 @@ def check(lin):
             for K, N in ((8, 8), (24, 9), (72, 24), (520, 41), (2056, 1000), (4104, 136), (16392, 300),
                          (24576, 3072)):
                 for pad in (0, 8):
-                    x = padded(M, K, pad, dtype)
-                    w = padded(N, K, pad, dtype, K ** -0.5)
-                    b = torch.randn(N, device="cuda").to(dtype) if pad else None
-                    r = padded(M, N, pad, dtype) if pad or M % 2 else None
-                    out = torch.full((M, N + pad), float("nan"), device="cuda", dtype=dtype)[:, :N]
-                    rc = lin(x, w, out, b, r)
-                    torch.cuda.synchronize()
-                    ref = x.double() @ w.double().t()
-                    ref = ref + (b.double() if b is not None else 0) + (r.double() if r is not None else 0)
+                    rc, e = check_linear_case(lin, M, K, N, pad, dtype)
                     n += 1
-                    e = rel_err(out, ref) if rc == 0 else float("inf")
                     if not e <= tol[dtype]:
                         fails += 1
                         log(f"  FAIL {dtype} M={M} K={K} N={N} pad={pad}: rc={rc} err={e:.3g}")

@@ -69,6 +69,22 @@ def rel_err(y, ref):
     return ((y.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
 
 
+def check_linear_case(linear, M, K, N, pad, dtype):
+    """One float64 check of linear(x, w, out, bias, residual) -> rc (0: computed): rows padded
+    by `pad` elements, a bias where pad, a residual where pad or M is odd, the output
+    poisoned with NaN. Returns (rc, relative error; inf where the call refused)."""
+    x = padded(M, K, pad, dtype)
+    w = padded(N, K, pad, dtype, K ** -0.5)
+    b = torch.randn(N, device="cuda").to(dtype) if pad else None
+    r = padded(M, N, pad, dtype) if pad or M % 2 else None
+    out = torch.full((M, N + pad), float("nan"), device="cuda", dtype=dtype)[:, :N]
+    rc = linear(x, w, out, b, r)
+    torch.cuda.synchronize()
+    ref = x.double() @ w.double().t()
+    ref = ref + (b.double() if b is not None else 0) + (r.double() if r is not None else 0)
+    return rc, (rel_err(out, ref) if rc == 0 else float("inf"))
+
+
 def log_device():
     log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
         f"{datetime.date.today()}")
