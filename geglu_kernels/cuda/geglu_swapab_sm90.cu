@@ -44,6 +44,7 @@
 #include "gelu_math.cuh"
 #include "register_epilogue.cuh"
 #include "sm90_launcher.cuh"
+#include "swapab_collective.cuh"
 
 namespace geglu_swapab {
 
@@ -278,18 +279,11 @@ class SwapAbEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SwapAbAr
 // with 32, 76.9), and the op takes it up to 32 tokens (results/h200/swap/).
 template <class Element>
 struct SwapAbGemm {
-  using TileShape = Shape<_128, _16, _64>;
-  using ClusterShape = Shape<_1, _1, _1>;
   using Epilogue = SwapAbEpilogue<Element>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
-  using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      Element, cutlass::layout::RowMajor, 8,     // A = W [2H, K] (two halves), K contiguous
-      Element, cutlass::layout::ColumnMajor, 8,  // B = x [M, K], K contiguous
-      float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
+  // A = W [2H, K] (two halves), B = x [M, K].
+  using MainloopBase = swapab_collective::Mainloop<
+      Element, static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>;
   using Mainloop = SwapAbMainloop<MainloopBase>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
                                                       cutlass::gemm::PersistentScheduler>;

@@ -45,6 +45,7 @@
 #include "linear_swapab_sm90.h"
 #include "register_epilogue.cuh"
 #include "sm90_launcher.cuh"
+#include "swapab_collective.cuh"
 
 namespace linear_swapab {
 
@@ -307,18 +308,13 @@ class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKAr
 
 template <class Element>
 struct SplitKGemm {
-  using TileShape = Shape<Int<kTileRows>, Int<kTileTokens>, Int<kTileK>>;
-  using ClusterShape = Shape<_1, _1, _1>;
+  static_assert(cute::is_same_v<swapab_collective::TileShape, Shape<Int<kTileRows>, Int<kTileTokens>, Int<kTileK>>>,
+                "the epilogue's thread map and choose_splits assume the collective's tile");
   using Epilogue = SplitKEpilogue<Element>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
-  using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      Element, cutlass::layout::RowMajor, 8,     // A = W [N, K], K contiguous
-      Element, cutlass::layout::ColumnMajor, 8,  // B = x [M, K], K contiguous
-      float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
+  // A = W [N, K], B = x [M, K].
+  using MainloopBase = swapab_collective::Mainloop<
+      Element, static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>;
   using Mainloop = SplitKMainloop<MainloopBase>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
                                                       cutlass::gemm::PersistentScheduler>;
