@@ -50,7 +50,18 @@
 //   serve a call (1-32 tokens), their two launches with y, h and the split-K workspace in
 //   one allocation (one allocator call and torch's GEMM call fewer; a kernelized GemmaMLP
 //   call's host time on an H200 host went from 21.2 to 19.0 us at 1 token with this and
-//   linear.py's shorter route checks, docs/DESIGN.md);
+//   linear.py's shorter route checks, docs/DESIGN.md). Where the split-K kernel would be
+//   the down projection and the output is x's width (a transformer MLP), both GEMMs run
+//   as one kernel instead (mlp_fused_sm90.cu), against the two kernels (CUDA graphs, us,
+//   H200; benchmarks/results/h200/session16/check_mlp_fused.log):
+//                     8 tokens        16 tokens       32 tokens
+//       Gemma-2B      55.6 / 58.3     56.7 / 59.0     55.3 / 57.7
+//       Gemma-7B     112.3 / 116.2   114.0 / 116.5   111.9 / 114.7
+//       Gemma-2-9B    77.8 / 88.3     84.3 / 91.5     80.2 / 84.5
+//       Gemma-2-27B  246.0 / 253.7   246.7 / 254.6   245.0 / 245.1 (and 236.2 / 241.6
+//                                                      at 1 token)
+//     At 1-4 tokens the decode linear's pair stays: 1 token, 54.8 / 111.3 us against
+//     56.6 / 111.9 at Gemma-2B / -7B (Gemma-2-9B 81.4 against 75.8);
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
@@ -75,6 +86,7 @@
 #include "geglu_swapab_sm90.h"
 #include "linear_gelu_sm90.h"
 #include "linear_swapab_sm90.h"
+#include "mlp_fused_sm90.h"
 #include "aten.h"
 #include "torch_binding.h"
 
@@ -225,6 +237,34 @@ int64_t aligned_elems(int64_t elems, const Tensor &like) {
   return (elems + per16 - 1) / per16 * per16;
 }
 
+// The MLP in one kernel (mlp_fused_sm90.cu) into one allocation: y (returned, shaped
+// out_shape), then h, then the kernel's workspace, each from a 16-byte boundary. nullopt,
+// having launched nothing, where CUDA refused the cooperative launch (its grid is one CTA
+// per SM; MPS or green contexts may leave fewer): the caller runs the two kernels.
+OptTensor launch_mlp_one_kernel(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                                const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
+                                const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
+  const int64_t m = x.size(0), d = x.size(1), hidden = w_gate.size(0);
+  const int64_t per16 = 16 / static_cast<int64_t>(x.element_size());
+  const int64_t ws_bytes = geglu_mlp_fused_sm90_workspace_bytes(m, d, hidden);
+  const int64_t y_elems = aligned_elems(m * d, x), h_elems = m * hidden, ws_elems = (ws_bytes + 15) / 16 * per16;
+  const int64_t size[1] = {y_elems + h_elems + ws_elems};
+  Tensor buffer = device::empty(IntArrayRef(size, 1), x);
+  Tensor y = device::contiguous_view(buffer, out_shape);
+  char *base = static_cast<char *>(buffer.data_ptr());
+  const int64_t elem = buffer.element_size();
+  const int status = geglu_mlp_fused_sm90(
+      x.data_ptr(), m, d, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(), w_gate.stride(0), ptr_or_null(b_gate),
+      ptr_or_null(b_up), w_down.data_ptr(), w_down.stride(0), ptr_or_null(b_down), ptr_or_null(residual),
+      residual.has_value() ? residual->stride(0) : 0, base + y_elems * elem, hidden, hidden, y.data_ptr(), d,
+      base + (y_elems + h_elems) * elem, ws_elems * elem, sm90_dtype(x), tanh, geglu_cuda::current_stream(x));
+  if (status == GEGLU_SM90_ERR_CUDA && geglu_gemm_sm90_last_cuda_error() == cudaErrorCooperativeLaunchTooLarge) {
+    return std::nullopt;
+  }
+  check_status("_geglu_mlp", status);
+  return y;
+}
+
 }  // namespace
 
 OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
@@ -258,6 +298,11 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
   if (m > kSwapAbTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
   const Down kind = down_kernel(m, hidden, w_down, b_down, residual);
   if (kind == Down::kTorch) return std::nullopt;
+  if (kind == Down::kSplitK && n == x.size(1)) {
+    if (OptTensor y = launch_mlp_one_kernel(x, w_gate, w_up, b_gate, b_up, w_down, b_down, residual, tanh, out_shape)) {
+      return y;
+    }
+  }
   // y first (the tensor returned, at offset 0), then h from the next 16-byte boundary
   // (hidden is a multiple of 8: sm90_serves), so h's rows are the aligned rows the down
   // projection reads, then the split-K kernel's workspace.

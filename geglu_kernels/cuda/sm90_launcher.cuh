@@ -1,5 +1,5 @@
 #pragma once
-// What the Hopper GEMM launchers share (geglu_gemm_sm90.cu, linear_gelu_sm90.cu): the
+// What the Hopper GEMM launchers share (geglu_gemm_sm90.cu, linear_gelu_sm90.cu, ...): the
 // device query, the CUDA-error slot of the C ABIs, and the launch of a CUTLASS 3.x
 // GemmUniversal kernel with a small host-side cache of its built params (TMA
 // descriptors are encoded on the host, ~microseconds each; a decode step calls the
@@ -75,9 +75,12 @@ namespace {
 
 // Launches Kernel for `args` (a trivially copyable key, compared bytewise: zero it,
 // padding included, before filling it in). make_arguments(args) -> Kernel::Arguments
-// is called only on a cache miss. Kernels that need a workspace are rejected.
-template <class Kernel, int ClusterM, int ClusterN, class LaunchArgs>
+// is called only on a cache miss. Kernels that need a workspace are rejected. A
+// Cooperative kernel (one whose CTAs wait on each other) is launched only with every
+// CTA resident at once: else CUDA refuses the launch (cudaErrorCooperativeLaunchTooLarge).
+template <class Kernel, int ClusterM, int ClusterN, class LaunchArgs, bool Cooperative = false>
 struct Runner {
+  static_assert(!(Cooperative && ClusterM * ClusterN > 1), "a cooperative launch takes no cluster attribute here");
   using Params = typename Kernel::Params;
   static constexpr int kCache = 8;
   struct Entry {
@@ -142,6 +145,12 @@ struct Runner {
       attr[0].val.clusterDim.x = ClusterM;
       attr[0].val.clusterDim.y = ClusterN;
       attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+    }
+    if constexpr (Cooperative) {
+      attr[0].id = cudaLaunchAttributeCooperative;
+      attr[0].val.cooperative = 1;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
     }

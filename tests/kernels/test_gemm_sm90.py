@@ -6,7 +6,8 @@ weights; each of the four kernel variants the engine compiles, at the edges of t
 shape pick that chooses them; the swap-AB gate/up (geglu_swapab_sm90.cu) that serves
 1-32 tokens instead and, through `_geglu_mlp`, the down projections: the decode linear
 (decode_sm90.cu) at 1-4 tokens and the split-K swap-AB linear (linear_swapab_sm90.cu) at
-up to 32 tokens with weights of >= 48 MiB;
+up to 32 tokens with weights of >= 48 MiB, or both GEMMs in one kernel (mlp_fused_sm90.cu)
+there where the output is as wide as x;
 > 2^31-element operands; the refusals (clear errors, never a wrong
 answer); and the route linear.py takes to it. Then the engine's bias +
 GELU GEMM (linear_gelu_sm90.cu) through linear_bias_gelu, and the table that routes
@@ -407,13 +408,14 @@ def test_mlp_splitk_route(sm90, kernel, case):
     assert all("geglu_swapab" in s or "linear_swapab" in s or s.startswith("Memset") for s in names), names
 
 
-def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel):
-    """The split-K route captured into CUDA graphs (the first call of a capture, which
-    makes that capture's arrival counters, happens inside it) and replayed with new
-    inputs; two graphs captured on one stream replayed on two streams at once; calls
-    alternating between two streams. Every result against the float64 reference, and
-    opcheck of the op on this route."""
-    dtype, m, hidden, n, k = torch.bfloat16, 8, 8192, 3072, 128
+@pytest.mark.parametrize("k", [128, 3072], ids=["split-K", "one-kernel"])
+def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel, k):
+    """The split-K route (x narrower than the output) and the one-kernel MLP (x as wide)
+    captured into CUDA graphs (the first call of a capture, which makes that capture's
+    counters, happens inside it) and replayed with new inputs; two graphs captured on
+    one stream replayed on two streams at once; calls alternating between two streams.
+    Every result against the float64 reference, and opcheck of the op on this route."""
+    dtype, m, hidden, n = torch.bfloat16, 8, 8192, 3072
     w = rand((2 * hidden, k), dtype, 151, scale=k**-0.5)
     wd = rand((n, hidden), dtype, 152, scale=hidden**-0.5)
     op = kernel._ops.ops._geglu_mlp.default
@@ -453,6 +455,65 @@ def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel):
         for x, y in zip(xs, outs):
             assert_close(y, expected(x), dtype, hidden)
     torch.library.opcheck(op, (xs[0], w, None, wd, None, None, None, None, "tanh"))
+
+
+# The one-kernel MLP (mlp_fused_sm90.cu) takes the split-K route's calls whose down
+# projection maps back to x's width, as a transformer MLP's does (w_down [dim, hidden]):
+# odd widths (dim not a multiple of 128, hidden past a 64-column tile), 17 tokens (two
+# token tiles), and 2 tokens with an output too wide for the decode linear's one wave.
+ONE_KERNEL_CASES = [(2, 6504, 4104), (5, 3000, 8392), (16, 3000, 8392), (17, 3072, 8200), (32, 3000, 8392)]
+
+
+def one_kernel_operands(m, dim, hidden, dtype, seed):
+    """x [1, m, dim] with a padded row stride, separate gate/up weights and biases, the down
+    weight (>= 48 MiB), b_down and a residual with a padded row stride."""
+    x = rand((m, dim + 8), dtype, seed)[:, :dim].unsqueeze(0)
+    wg = rand((hidden, dim), dtype, seed + 1, scale=dim**-0.5)
+    wu = rand((hidden, dim), dtype, seed + 2, scale=dim**-0.5)
+    wd = rand((dim, hidden), dtype, seed + 3, scale=hidden**-0.5)
+    assert dim * hidden * 2 >= 48 << 20
+    biases = tuple(rand((n,), dtype, seed + 4 + i) for i, n in enumerate((hidden, hidden, dim)))
+    residual = rand((m, dim + 8), dtype, seed + 7)[:, :dim].unsqueeze(0)
+    return x, wg, wu, wd, biases, residual
+
+
+def one_kernel_reference(x, wg, wu, wd, biases, residual, approximate):
+    bg, bu, bd = biases
+    y = reference(x, wg, wu, bg, bu, approximate) @ wd.double().t()
+    return y + (0 if bd is None else bd.double()) + (0 if residual is None else residual.double())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ONE_KERNEL_CASES, ids=lambda c: f"M{c[0]}-D{c[1]}-H{c[2]}")
+def test_mlp_one_kernel(sm90, kernel, case, dtype):
+    """_geglu_mlp where the one-kernel MLP serves it, against the float64 reference: every
+    bias, a residual, both GELUs (alternating by case), and without the optional operands."""
+    m, dim, hidden = case
+    approximate = "tanh" if (m + (dtype == torch.float16)) % 2 else "none"
+    x, wg, wu, wd, biases, residual = one_kernel_operands(m, dim, hidden, dtype, 191)
+    poison_allocator(m, dim + hidden + 64 * (dim + 4), dtype)  # per token: y, h, <= 32 splits' float32 partials
+    with torch.no_grad():
+        y = kernel.geglu_mlp(x, wg, wu, wd, biases, residual, approximate)
+    assert y.shape == (1, m, dim) and y.is_contiguous()
+    assert_close(y[0], one_kernel_reference(x[0], wg, wu, wd, biases, residual[0], approximate), dtype, hidden)
+    poison_allocator(m, dim + hidden + 64 * (dim + 4), dtype)
+    with torch.no_grad():
+        y = kernel.geglu_mlp(x, wg, wu, wd, None, None, approximate)
+    assert_close(y[0], one_kernel_reference(x[0], wg, wu, wd, (None,) * 3, None, approximate), dtype, hidden)
+
+
+@pytest.mark.profiler
+@pytest.mark.parametrize("case", [ONE_KERNEL_CASES[0], ONE_KERNEL_CASES[2]], ids=lambda c: f"M{c[0]}-D{c[1]}-H{c[2]}")
+def test_mlp_one_kernel_route(sm90, kernel, case):
+    """test_mlp_one_kernel's calls run one kernel, the fused MLP, and nothing else (a
+    stream's first call zeroes its counters: a memset); with a merged gate/up weight too."""
+    x, wg, wu, wd, biases, residual = one_kernel_operands(*case, torch.bfloat16, 191)
+    merged = torch.cat([wg, wu])
+    for args in [(wg, wu, wd, biases, residual), (merged, None, wd, (None, None, biases[2]), None)]:
+        with torch.no_grad():
+            names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, *args))
+        assert any("mlp_fused" in s for s in names), names
+        assert all("mlp_fused" in s or s.startswith("Memset") for s in names), names
 
 
 @pytest.mark.profiler

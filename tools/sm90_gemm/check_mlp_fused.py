@@ -1,8 +1,8 @@
-"""Check and time the one-kernel decode MLP (tools/sm90_gemm/mlp_fused_sm90.cu, an
-experiment, built as .sm90dev/libmlp_fused_sm90.so by `build_lib.sh
-tools/sm90_gemm/mlp_fused_sm90.cu libmlp_fused_sm90`) against the op's two kernels: the
-swap-AB gate/up followed by the split-K down projection (or, at 1-4 tokens, the decode
-linear), the libraries check_linear_swapab.py uses.
+"""Check and time the one-kernel decode MLP (geglu_kernels/cuda/mlp_fused_sm90.cu, built as
+.sm90dev/libmlp_fused_sm90.so by `build_lib.sh geglu_kernels/cuda/mlp_fused_sm90.cu
+libmlp_fused_sm90`) against the two kernels it replaced: the swap-AB gate/up followed by
+the split-K down projection (or, at 1-4 tokens, the decode linear), the libraries
+check_linear_swapab.py uses.
 
 Correctness: float64 reference (h rounded to the dtype, as the kernels store it) on fresh
 random inputs, outputs poisoned with NaN; bf16 and fp16, tanh and exact GELU, biases on
