@@ -50,18 +50,26 @@
 //   serve a call (1-32 tokens), their two launches with y, h and the split-K workspace in
 //   one allocation (one allocator call and torch's GEMM call fewer; a kernelized GemmaMLP
 //   call's host time on an H200 host went from 21.2 to 19.0 us at 1 token with this and
-//   linear.py's shorter route checks, docs/DESIGN.md). Where the split-K kernel would be
-//   the down projection and the output is x's width (a transformer MLP), both GEMMs run
-//   as one kernel instead (mlp_fused_sm90.cu), against the two kernels (CUDA graphs, us,
-//   H200; benchmarks/results/h200/session16/check_mlp_fused.log):
-//                     8 tokens        16 tokens       32 tokens
-//       Gemma-2B      55.6 / 58.3     56.7 / 59.0     55.3 / 57.7
-//       Gemma-7B     112.3 / 116.2   114.0 / 116.5   111.9 / 114.7
-//       Gemma-2-9B    77.8 / 88.3     84.3 / 91.5     80.2 / 84.5
-//       Gemma-2-27B  246.0 / 253.7   246.7 / 254.6   245.0 / 245.1 (and 236.2 / 241.6
-//                                                      at 1 token)
-//     At 1-4 tokens the decode linear's pair stays: 1 token, 54.8 / 111.3 us against
-//     56.6 / 111.9 at Gemma-2B / -7B (Gemma-2-9B 81.4 against 75.8);
+//   linear.py's shorter route checks, docs/DESIGN.md). Where the down weight is one the
+//   split-K kernel serves and the output is x's width (a transformer MLP), both GEMMs run
+//   as one kernel instead (mlp_fused_sm90.cu), at 1-32 tokens. Against the two kernels
+//   it replaced (CUDA graphs, us; benchmarks/results/{h200,h100}/session16/
+//   check_mlp_fused.log), the decode linear's pair at 1 / 4 tokens, the split-K pair
+//   above:
+//                          1 token         4 tokens        16 tokens       32 tokens
+//     H200 Gemma-2B     56.6 / 54.8     55.4 / 54.8     56.7 / 59.0     55.3 / 57.7
+//          Gemma-7B    111.9 / 111.3   113.7 / 112.1   114.0 / 116.5   111.9 / 114.7
+//          Gemma-2-9B   75.8 / 81.4     79.4 / 84.6     84.3 / 91.5     80.2 / 84.5
+//          Gemma-2-27B 236.2 / 241.6   244.4 / 250.9   246.7 / 254.6   245.0 / 245.1
+//     H100 Gemma-2B     74.4 / 75.1     76.2 / 75.8     76.6 / 80.1     75.9 / 77.8
+//          Gemma-7B    160.1 / 161.4   162.8 / 161.6   164.0 / 167.8   158.2 / 162.1
+//          Gemma-2-9B  114.6 / 116.8   114.5 / 116.7   112.4 / 123.4   111.1 / 115.2
+//          Gemma-2-27B 351.2 / 357.4   357.6 / 361.6   356.1 / 363.5   351.5 / 351.3
+//     (Gemma-2-27B's 1-4 tokens against the split-K pair: its output is too wide for the
+//     decode linear's one wave). Behind by up to 1.8 us at 1-4 tokens on the H200 at
+//     Gemma-2B / -7B, ahead by 5 at Gemma-2-9B and on the H100 at 1 token: one rule for
+//     both cards, and one launch fewer of host time (about 3 us on the H100's host,
+//     benchmarks/results/h100/session16/host_time_*.log);
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
 //   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
@@ -188,6 +196,11 @@ Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, con
 // The down projection's kernels on sm_90, by token count and weight size (see the top).
 enum class Down { kTorch, kDecodeLinear, kSplitK };
 
+// A down weight the split-K kernel serves (and with it the one-kernel MLP): see the top.
+bool splitk_weight(const Tensor &w_down) {
+  return w_down.size(0) * w_down.size(1) * static_cast<int64_t>(w_down.element_size()) >= kSplitKMinWeightBytes;
+}
+
 // Which kernel runs h @ w_down.T + b_down + residual for h [m, k] of aligned 16-byte rows
 // on sm_90 in bf16/fp16 (the caller's checks).
 Down down_kernel(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
@@ -199,7 +212,7 @@ Down down_kernel(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_
   if (!aligned16(w_down)) return Down::kTorch;
   // The decode linear's grid in one wave of blocks (a second wave: decode_sm90.h).
   if (m <= kDecodeTokens && n <= geglu_decode_sm90_linear_max_n()) return Down::kDecodeLinear;
-  if (n * k * static_cast<int64_t>(w_down.element_size()) >= kSplitKMinWeightBytes) return Down::kSplitK;
+  if (splitk_weight(w_down)) return Down::kSplitK;
   return Down::kTorch;
 }
 
@@ -298,7 +311,7 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
   if (m > kSwapAbTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
   const Down kind = down_kernel(m, hidden, w_down, b_down, residual);
   if (kind == Down::kTorch) return std::nullopt;
-  if (kind == Down::kSplitK && n == x.size(1)) {
+  if (n == x.size(1) && splitk_weight(w_down)) {  // a transformer MLP's down projection
     if (OptTensor y = launch_mlp_one_kernel(x, w_gate, w_up, b_gate, b_up, w_down, b_down, residual, tanh, out_shape)) {
       return y;
     }
