@@ -22,8 +22,8 @@
 //   producer requests its first 12 stages of weights, waits until that count is complete
 //   (acquire, then the proxy fence), then loads h. The last of the T down units past the
 //   wait sets the count back to 0.
-// - The grid: as few CTAs as take the units in the rounds one CTA per SM would need
-//   (grid_ctas: the last round full).
+// - The grid: at up to 16 tokens as few CTAs as take the units in the rounds one CTA per
+//   SM would need (grid_ctas: the last round full).
 // - A unit waits only on units earlier in the queue, which the persistent scheduler hands
 //   out in order; the wait cannot deadlock while every CTA is resident, so the launch is
 //   cooperative (CUDA refuses it otherwise: MPS, green contexts; the op then runs the two
@@ -309,9 +309,14 @@ Units units_of(int64_t M, int64_t D, int64_t H) {
 // (results/h100/session16/probe_grid/): 16 tokens, Gemma-7B 157.6-161.0 against
 // 159.8-162.4, Gemma-2-2B 48.8-49.4 against 51.8-52.3 (108 CTAs), Gemma-2-9B 108.0-108.8
 // against 110.5-112.4, Gemma-2-27B 352.9-354.0 against 356.4-358.2; Gemma-2B (128 CTAs)
-// within 1.6 us either way.
+// within 1.6 us either way. With two token tiles (17-32 tokens), two CTAs read each weight
+// tile at once (the second from L2), and the time swung with the grid's size for no
+// reason found (H200, Gemma-7B at 32 tokens: 107.1 us with 128 CTAs, 122.9 with 124,
+// 133.8 with 120, 110.0 with 132; results/h200/session16/final/probe_grid_32_tokens.log):
+// one CTA per SM there, as measured against the two kernels.
 int grid_ctas(Units const& u, int sm_count) {
-  const int64_t units = (int64_t(u.gate_up) + int64_t(u.down_tiles) * u.splits) * u.token_tiles;
+  if (u.token_tiles > 1) return sm_count;
+  const int64_t units = int64_t(u.gate_up) + int64_t(u.down_tiles) * u.splits;
   const int64_t rounds = (units + sm_count - 1) / sm_count;
   return int((units + rounds - 1) / rounds);
 }
