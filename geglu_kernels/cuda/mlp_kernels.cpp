@@ -53,22 +53,22 @@
 //   linear.py's shorter route checks, docs/DESIGN.md). Where the down weight is one the
 //   split-K kernel serves and the output is x's width (a transformer MLP), both GEMMs run
 //   as one kernel instead (mlp_fused_sm90.cu), at 1-32 tokens. Against the two kernels
-//   it replaced (CUDA graphs, us; benchmarks/results/{h200,h100}/session16/
-//   check_mlp_fused.log), the decode linear's pair at 1 / 4 tokens, the split-K pair
-//   above:
+//   it replaced (CUDA graphs, us; benchmarks/results/{h200,h100}/session16/final/
+//   check_mlp_fused_final.log), the decode linear's pair at 1 / 4 tokens, the split-K
+//   pair above:
 //                          1 token         4 tokens        16 tokens       32 tokens
-//     H200 Gemma-2B     56.6 / 54.8     55.4 / 54.8     56.7 / 59.0     55.3 / 57.7
-//          Gemma-7B    111.9 / 111.3   113.7 / 112.1   114.0 / 116.5   111.9 / 114.7
-//          Gemma-2-9B   75.8 / 81.4     79.4 / 84.6     84.3 / 91.5     80.2 / 84.5
-//          Gemma-2-27B 236.2 / 241.6   244.4 / 250.9   246.7 / 254.6   245.0 / 245.1
-//     H100 Gemma-2B     74.4 / 75.1     76.2 / 75.8     76.6 / 80.1     75.9 / 77.8
-//          Gemma-7B    160.1 / 161.4   162.8 / 161.6   164.0 / 167.8   158.2 / 162.1
-//          Gemma-2-9B  114.6 / 116.8   114.5 / 116.7   112.4 / 123.4   111.1 / 115.2
-//          Gemma-2-27B 351.2 / 357.4   357.6 / 361.6   356.1 / 363.5   351.5 / 351.3
+//     H200 Gemma-2B     55.0 / 53.2     54.3 / 53.4     54.2 / 57.1     53.5 / 56.0
+//          Gemma-7B    111.5 / 110.3   114.2 / 111.7   111.7 / 114.0   109.9 / 113.3
+//          Gemma-2-9B   76.6 / 81.0     78.5 / 80.7     76.0 / 83.7     78.6 / 83.0
+//          Gemma-2-27B 229.8 / 241.7   230.9 / 244.3   233.2 / 241.4   239.6 / 238.8
+//     H100 Gemma-2B     74.1 / 75.5     75.5 / 75.7     77.0 / 79.7     75.1 / 78.1
+//          Gemma-7B    161.3 / 161.5   163.0 / 161.6   161.9 / 168.1   158.5 / 162.4
+//          Gemma-2-9B  110.4 / 114.8   111.6 / 115.3   110.7 / 120.3   111.5 / 117.5
+//          Gemma-2-27B 348.8 / 361.4   351.7 / 359.9   353.8 / 365.1   352.2 / 352.1
 //     (Gemma-2-27B's 1-4 tokens against the split-K pair: its output is too wide for the
-//     decode linear's one wave). Behind by up to 1.8 us at 1-4 tokens on the H200 at
-//     Gemma-2B / -7B, ahead by 5 at Gemma-2-9B and on the H100 at 1 token: one rule for
-//     both cards, and one launch fewer of host time (about 3 us on the H100's host,
+//     decode linear's one wave). Behind by up to 2.5 us at 1-4 tokens on the H200 at
+//     Gemma-2B / -7B (1.4 on the H100), ahead by 4-14 at Gemma-2-9B / -27B: one rule for
+//     both cards, and one launch fewer of host time (about 3 us on a slow H100 host,
 //     benchmarks/results/h100/session16/host_time_*.log);
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
