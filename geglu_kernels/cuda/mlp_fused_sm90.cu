@@ -6,9 +6,10 @@
 //
 // Why: run as two kernels, each SM drains its pipeline between them and the second kernel
 // ramps up again, and the host pays a second launch. Here one CUTLASS GemmUniversal
-// (pingpong, persistent) runs both kinds of work unit in one queue (H200, CUDA graphs,
-// against the two kernels: Gemma-7B 16 tokens 114.0 against 116.5 us, Gemma-2-9B 84.3
-// against 91.5; docs/DESIGN.md, "The decode MLP in one kernel"):
+// (pingpong, persistent) runs both kinds of work unit in one queue (CUDA graphs, against
+// the two kernels, 16 tokens: Gemma-7B 111.7 against 114.0 us on the H200, 161.9 against
+// 168.1 on the H100; mlp_kernels.cpp has the table, docs/DESIGN.md "The decode MLP in one
+// kernel" the design's measurements):
 // - Both kernels instantiate the same CollectiveMma (swapab_collective.cuh: 128 x 16 x 64
 //   tile, 12 stages), so one pipeline and one shared-memory layout serve both; their
 //   mainloops (SwapAbMainloop, SplitKMainloop) and epilogues are used as they are.

@@ -252,8 +252,8 @@ int64_t aligned_elems(int64_t elems, const Tensor &like) {
 
 // The MLP in one kernel (mlp_fused_sm90.cu) into one allocation: y (returned, shaped
 // out_shape), then h, then the kernel's workspace, each from a 16-byte boundary. nullopt,
-// having launched nothing, where CUDA refused the cooperative launch (its grid is one CTA
-// per SM; MPS or green contexts may leave fewer): the caller runs the two kernels.
+// having launched nothing, where CUDA refused the cooperative launch (its grid takes up to
+// one CTA per SM; MPS or green contexts may leave fewer): the caller runs the two kernels.
 OptTensor launch_mlp_one_kernel(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
                                 const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
                                 const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
