@@ -50,9 +50,15 @@
 //   serve a call (1-32 tokens), their two launches with y, h and the split-K workspace in
 //   one allocation (one allocator call and torch's GEMM call fewer; a kernelized GemmaMLP
 //   call's host time on an H200 host went from 21.2 to 19.0 us at 1 token with this and
-//   linear.py's shorter route checks, docs/DESIGN.md). Where the down weight is one the
-//   split-K kernel serves and the output is x's width (a transformer MLP), both GEMMs run
-//   as one kernel instead (mlp_fused_sm90.cu), at 1-32 tokens. Against the two kernels
+//   linear.py's shorter route checks, docs/DESIGN.md). For a transformer MLP (the output
+//   as wide as x) with a down weight of >= 48 MiB, both GEMMs run as one kernel instead
+//   (mlp_fused_sm90.cu), at 1-32 tokens; with one of 40-48 MiB, at 5-32 tokens, where the
+//   op would run cuBLAS's addmm after the gate/up (Gemma-2-2B's 40.5 MiB at 8 / 16 / 32
+//   tokens: 39.7 / 39.6 / 39.0 against 41.2 / 42.1 / 41.3 us on the H200, 51.3 / 51.3 /
+//   50.5 against 54.6 / 56.0 / 56.6 on the H100; a 32 MiB weight, 2048 x 8192, lost:
+//   34.1 / 34.4 against 30.9 / 31.7 at 8 / 16 tokens on the H200, and the decode linear's
+//   pair stays ahead at 1-4 tokens below 48 MiB; results/*/session16/final/
+//   check_mlp_fused_small.log). Against the two kernels
 //   it replaced (CUDA graphs, us; benchmarks/results/{h200,h100}/session16/final/
 //   check_mlp_fused_final.log), the decode linear's pair at 1 / 4 tokens, the split-K
 //   pair above:
@@ -153,6 +159,10 @@ constexpr int64_t kSwapAbTokens = 32;
 // The split-K down projection's smallest weight (N x K elements): below, its fixed cost
 // (the last unit of each tile sums the splits) lost to cuBLAS's addmm (see the top).
 constexpr int64_t kSplitKMinWeightBytes = int64_t(48) << 20;
+// The one-kernel MLP's smallest down weight where the decode linear does not serve (see
+// the top): Gemma-2-2B's 40.5 MiB ran faster than the swap-AB gate/up + addmm, a 32 MiB
+// one (2048 x 8192) slower.
+constexpr int64_t kOneKernelMinWeightBytes = int64_t(40) << 20;
 
 // The engine's rules (geglu_gemm_sm90.h; the swap-AB kernel's, geglu_swapab_sm90.h, are
 // the same or looser), checked before anything is allocated.
@@ -196,24 +206,35 @@ Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, con
 // The down projection's kernels on sm_90, by token count and weight size (see the top).
 enum class Down { kTorch, kDecodeLinear, kSplitK };
 
-// A down weight the split-K kernel serves (and with it the one-kernel MLP): see the top.
-bool splitk_weight(const Tensor &w_down) {
-  return w_down.size(0) * w_down.size(1) * static_cast<int64_t>(w_down.element_size()) >= kSplitKMinWeightBytes;
+int64_t weight_bytes(const Tensor &w) { return w.size(0) * w.size(1) * static_cast<int64_t>(w.element_size()); }
+
+// Whether the sm_90 down kernels take h @ w_down.T + b_down + residual for h [m, k] of
+// aligned 16-byte rows in bf16/fp16 at all (the caller's checks): sizes, layouts.
+bool down_serves(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
+  const int64_t n = w_down.size(0);
+  if (m < 1 || m > kSwapAbTokens || k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return false;
+  if (b_down.has_value() && !b_down->is_contiguous()) return false;
+  // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
+  if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return false;
+  return aligned16(w_down);
 }
 
-// Which kernel runs h @ w_down.T + b_down + residual for h [m, k] of aligned 16-byte rows
-// on sm_90 in bf16/fp16 (the caller's checks).
+// Which kernel runs that down projection alone (see the top).
 Down down_kernel(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
-  const int64_t n = w_down.size(0);
-  if (m < 1 || m > kSwapAbTokens || k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return Down::kTorch;
-  if (b_down.has_value() && !b_down->is_contiguous()) return Down::kTorch;
-  // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
-  if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return Down::kTorch;
-  if (!aligned16(w_down)) return Down::kTorch;
+  if (!down_serves(m, k, w_down, b_down, residual)) return Down::kTorch;
   // The decode linear's grid in one wave of blocks (a second wave: decode_sm90.h).
-  if (m <= kDecodeTokens && n <= geglu_decode_sm90_linear_max_n()) return Down::kDecodeLinear;
-  if (splitk_weight(w_down)) return Down::kSplitK;
+  if (m <= kDecodeTokens && w_down.size(0) <= geglu_decode_sm90_linear_max_n()) return Down::kDecodeLinear;
+  if (weight_bytes(w_down) >= kSplitKMinWeightBytes) return Down::kSplitK;
   return Down::kTorch;
+}
+
+// Whether the MLP runs as one kernel, given the down kernel that would serve it alone:
+// a transformer MLP (the output as wide as x) with a down weight of >= 48 MiB, or of
+// >= 40 MiB where the decode linear does not serve (see the top).
+bool one_kernel_mlp(const Tensor &x, const Tensor &w_down, Down alone) {
+  if (w_down.size(0) != x.size(1)) return false;
+  const int64_t bytes = weight_bytes(w_down);
+  return bytes >= kSplitKMinWeightBytes || (bytes >= kOneKernelMinWeightBytes && alone != Down::kDecodeLinear);
 }
 
 // The float32 workspace the split-K kernel needs (0 for the decode linear), in elements
@@ -309,13 +330,14 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
                            const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
   const int64_t m = x.size(0), hidden = w_gate.size(0), n = w_down.size(0);
   if (m > kSwapAbTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
+  if (!down_serves(m, hidden, w_down, b_down, residual)) return std::nullopt;
   const Down kind = down_kernel(m, hidden, w_down, b_down, residual);
-  if (kind == Down::kTorch) return std::nullopt;
-  if (n == x.size(1) && splitk_weight(w_down)) {  // a transformer MLP's down projection
+  if (one_kernel_mlp(x, w_down, kind)) {
     if (OptTensor y = launch_mlp_one_kernel(x, w_gate, w_up, b_gate, b_up, w_down, b_down, residual, tanh, out_shape)) {
       return y;
     }
   }
+  if (kind == Down::kTorch) return std::nullopt;
   // y first (the tensor returned, at offset 0), then h from the next 16-byte boundary
   // (hidden is a multiple of 8: sm90_serves), so h's rows are the aligned rows the down
   // projection reads, then the split-K kernel's workspace.

@@ -459,11 +459,12 @@ def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel, k):
 
 # The one-kernel MLP (mlp_fused_sm90.cu) takes the calls of 1-32 tokens with a down weight
 # of >= 48 MiB that maps back to x's width, as a transformer MLP's does (w_down [dim,
-# hidden]), ahead of the decode linear and the split-K kernel: odd widths (dim not a
-# multiple of 128, hidden past a 64-column tile), 17 tokens (two token tiles), and 2 tokens
-# with an output too wide for the decode linear's one wave.
+# hidden]), ahead of the decode linear and the split-K kernel, and those of 5-32 tokens
+# with one of 40-48 MiB (Gemma-2-2B's): odd widths (dim not a multiple of 128, hidden past
+# a 64-column tile), 17 tokens (two token tiles), and 2 tokens with an output too wide for
+# the decode linear's one wave.
 ONE_KERNEL_CASES = [(1, 3000, 8392), (2, 6504, 4104), (4, 3072, 8200), (5, 3000, 8392), (16, 3000, 8392),
-                    (17, 3072, 8200), (32, 3000, 8392)]
+                    (17, 3072, 8200), (32, 3000, 8392), (8, 2304, 9216)]
 
 
 def one_kernel_operands(m, dim, hidden, dtype, seed):
@@ -473,7 +474,7 @@ def one_kernel_operands(m, dim, hidden, dtype, seed):
     wg = rand((hidden, dim), dtype, seed + 1, scale=dim**-0.5)
     wu = rand((hidden, dim), dtype, seed + 2, scale=dim**-0.5)
     wd = rand((dim, hidden), dtype, seed + 3, scale=hidden**-0.5)
-    assert dim * hidden * 2 >= 48 << 20
+    assert dim * hidden * 2 >= 40 << 20
     biases = tuple(rand((n,), dtype, seed + 4 + i) for i, n in enumerate((hidden, hidden, dim)))
     residual = rand((m, dim + 8), dtype, seed + 7)[:, :dim].unsqueeze(0)
     return x, wg, wu, wd, biases, residual
@@ -516,6 +517,21 @@ def test_mlp_one_kernel_route(sm90, kernel, case):
             names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, *args))
         assert any("mlp_fused" in s for s in names), names
         assert all("mlp_fused" in s or s.startswith("Memset") for s in names), names
+
+
+@pytest.mark.profiler
+def test_mlp_one_kernel_under_48_mib_only_above_the_decode_linear(sm90, kernel):
+    """With Gemma-2-2B's 40.5 MiB down weight the op runs the one kernel at 5-32 tokens (8
+    here) and at 1-4 (2 here) the swap-AB gate/up and the decode linear; the results
+    match the float64 reference either way."""
+    for m, kernels in [(8, {"mlp_fused"}), (2, {"geglu_swapab", "decode_linear"})]:
+        x, wg, wu, wd, biases, residual = one_kernel_operands(m, 2304, 9216, torch.bfloat16, 197)
+        with torch.no_grad():
+            names = _cuda_kernel_names(lambda: kernel.geglu_mlp(x, wg, wu, wd, biases, residual))
+            y = kernel.geglu_mlp(x, wg, wu, wd, biases, residual)
+        ran = {k for k in ("mlp_fused", "geglu_swapab", "decode_linear", "linear_swapab") if any(k in s for s in names)}
+        assert ran == kernels, (m, names)
+        assert_close(y[0], one_kernel_reference(x[0], wg, wu, wd, biases, residual[0], "tanh"), torch.bfloat16, 9216)
 
 
 @pytest.mark.profiler

@@ -9,8 +9,10 @@ random inputs, outputs poisoned with NaN; bf16 and fp16, tanh and exact GELU, bi
 both GEMMs, a residual, M = 1..64, odd widths; eight calls back to back with new x, eager
 and replayed from a CUDA graph (check_linear_swapab.check_pairs: a down unit that read h
 before its gate/up units stored it fails there); two streams at once.
-Timing: CUDA graphs, medians of 5 interleaved rounds, weights larger than L2;
-FUSED_SHAPES / FUSED_TOKENS (comma lists) narrow the grid.
+Timing: CUDA graphs, medians of 5 interleaved rounds, weights larger than L2 (the rows:
+the one kernel, and the swap-AB gate/up followed by the split-K kernel, by cuBLAS's addmm
+or at 1-4 tokens by the decode linear); FUSED_SHAPES / FUSED_TOKENS (comma lists) narrow
+the grid, and FUSED_SHAPES entries name=d:H add shapes (harness.decode_grid).
 
     python tools/sm90_gemm/check_mlp_fused.py [--out DIR] [--decode-lib .sm90dev/libdecode_sm90.so]
 """
@@ -149,6 +151,7 @@ def bench(fused, lin, swap, dec=None):
             x, hh, r, yy = token_operands(M, d, H)
             cands = {
                 "MLP swap-AB + split-K": lambda: pair(swap, lin)(x, wg, wu, wd, hh, yy, r),
+                "MLP swap-AB + addmm": lambda: (swap(x, wg, wu, hh), torch.addmm(r, hh, wd.t())),
                 "MLP fused": lambda: fused(x, wg, wu, wd, hh, yy, r),
             }
             if dec is not None and M <= 4:

@@ -40,9 +40,16 @@ GEMMA_SHAPES = (("gemma2b", 2048, 16384), ("gemma2-2b", 2304, 9216), ("gemma7b",
 
 def decode_grid(prefix, tokens):
     """(GEMMA_SHAPES, token counts) as {prefix}_SHAPES / {prefix}_TOKENS narrow them (comma
-    lists in the environment; `tokens` is the default token list, "1,4,16")."""
+    lists in the environment; `tokens` is the default token list, "1,4,16"). A
+    {prefix}_SHAPES entry name=d:H adds a shape of model width d and hidden width H."""
     names = os.environ.get(f"{prefix}_SHAPES")
-    shapes = tuple(s for s in GEMMA_SHAPES if not names or s[0] in names.split(","))
+    entries = names.split(",") if names else []
+    shapes = tuple(s for s in GEMMA_SHAPES if not names or s[0] in entries)
+    for e in entries:
+        if "=" in e:
+            name, dims = e.split("=")
+            d, H = dims.split(":")
+            shapes += ((name, int(d), int(H)),)
     return shapes, tuple(int(m) for m in os.environ.get(f"{prefix}_TOKENS", tokens).split(","))
 
 
