@@ -60,6 +60,11 @@ struct Units {
   int splits;       // S
   int k_tiles;      // KT
   int token_tiles;  // NT
+
+  // Units per token tile, the scheduler's batch count: G + T S.
+  CUTLASS_HOST_DEVICE int per_token_tile() const { return gate_up + down_tiles * splits; }
+  // The counters a call needs: [T x NT] split-K arrivals, [S x NT] ready, [S x NT] passed.
+  CUTLASS_HOST_DEVICE int64_t counters() const { return (int64_t(down_tiles) + 2 * int64_t(splits)) * token_tiles; }
 };
 
 // Gate/up units of split s (the last split may hold fewer).
@@ -317,7 +322,7 @@ Units units_of(int64_t M, int64_t D, int64_t H) {
 // one CTA per SM there, as measured against the two kernels.
 int grid_ctas(Units const& u, int sm_count) {
   if (u.token_tiles > 1) return sm_count;
-  const int64_t units = int64_t(u.gate_up) + int64_t(u.down_tiles) * u.splits;
+  const int64_t units = u.per_token_tile();
   const int64_t rounds = (units + sm_count - 1) / sm_count;
   return int((units + rounds - 1) / rounds);
 }
@@ -327,7 +332,7 @@ struct LaunchArgs {
   int64_t M, D, H, ldx, ldw, ldwd, ldr, ldh, ldo;
   void *h, *out;
   float* partials;
-  int* counters;  // [T x NT] split-K arrivals, [S x NT] ready, [S x NT] passed
+  int* counters;  // Units::counters()
   int approximate;
 };
 
@@ -338,7 +343,7 @@ typename FusedGemm<Element>::Kernel::Arguments make_arguments(LaunchArgs const& 
   const Units u = units_of(c.M, c.D, c.H);
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  args.problem_shape = make_shape(kTileRows, int(c.M), u.k_tiles * kTileK, u.gate_up + u.down_tiles * u.splits);
+  args.problem_shape = make_shape(kTileRows, int(c.M), u.k_tiles * kTileK, u.per_token_tile());
   auto& ml = args.mainloop;
   ml.gate_up.ptr_Ag = static_cast<Element const*>(c.wg);
   ml.gate_up.ptr_Au = static_cast<Element const*>(c.wu);
@@ -417,9 +422,8 @@ extern "C" int geglu_mlp_fused_sm90(const void* x, int64_t M, int64_t D, int64_t
   if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   const mlp_fused::Units u = mlp_fused::units_of(M, D, H);
   if (workspace_bytes < linear_swapab::partials_bytes(u.splits, M, D)) return GEGLU_SM90_ERR_SHAPE;
-  const int64_t counters = (int64_t(u.down_tiles) + 2 * int64_t(u.splits)) * u.token_tiles;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  int* c = tile_counters::get(device, s, counters);
+  int* c = tile_counters::get(device, s, u.counters());
   if (c == nullptr) return GEGLU_SM90_ERR_CUDA;
   mlp_fused::LaunchArgs a;  // the params-cache key: zeroed, padding included
   std::memset(&a, 0, sizeof a);

@@ -19,8 +19,8 @@
 //   kernel (git e20bd53): MLP with the decode linear, 1 token, 53.7 / 112.4 / 84.3 /
 //   267.7 us against 56.3 / 115.6 / 84.0 / 269.6 at Gemma-2B / -7B / -2-9B / -2-27B,
 //   39.4 against 39.0 at Gemma-2-2B;
-// - fused_down (_geglu_mlp's down projection; down_kernel): on sm_90 for bf16/fp16 with
-//   aligned rows,
+// - fused_down (_geglu_mlp's down projection; down_serves, down_kernel_by_size): on sm_90
+//   for bf16/fp16 with aligned rows,
 //   - at 1-4 tokens, the decode linear (decode_sm90.cu) where its grid fits on the GPU at
 //     once (geglu_decode_sm90_linear_max_n). Against cuBLAS's addmm (CUDA graphs, us, 1
 //     token; benchmarks/results/h200/decode2/ and h100_final/decode2/check_decode.log):
@@ -219,9 +219,8 @@ bool down_serves(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_
   return aligned16(w_down);
 }
 
-// Which kernel runs that down projection alone (see the top).
-Down down_kernel(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
-  if (!down_serves(m, k, w_down, b_down, residual)) return Down::kTorch;
+// Which kernel runs a down projection that down_serves alone, by its sizes (see the top).
+Down down_kernel_by_size(int64_t m, const Tensor &w_down) {
   // The decode linear's grid in one wave of blocks (a second wave: decode_sm90.h).
   if (m <= kDecodeTokens && w_down.size(0) <= geglu_decode_sm90_linear_max_n()) return Down::kDecodeLinear;
   if (weight_bytes(w_down) >= kSplitKMinWeightBytes) return Down::kSplitK;
@@ -237,12 +236,16 @@ bool one_kernel_mlp(const Tensor &x, const Tensor &w_down, Down alone) {
   return bytes >= kSplitKMinWeightBytes || (bytes >= kOneKernelMinWeightBytes && alone != Down::kDecodeLinear);
 }
 
+// A kernel's workspace of `bytes` in elements of `like`'s dtype, whole 16-byte words.
+int64_t workspace_elems(int64_t bytes, const Tensor &like) {
+  return (bytes + 15) / 16 * (16 / static_cast<int64_t>(like.element_size()));
+}
+
 // The float32 workspace the split-K kernel needs (0 for the decode linear), in elements
-// of `like`'s dtype, a multiple of 16 bytes.
+// of `like`'s dtype (workspace_elems).
 int64_t down_workspace_elems(Down kind, int64_t m, int64_t k, int64_t n, const Tensor &like) {
   if (kind != Down::kSplitK) return 0;
-  const int64_t bytes = geglu_linear_swapab_sm90_workspace_bytes(m, k, n);
-  return (bytes + 15) / 16 * (16 / static_cast<int64_t>(like.element_size()));
+  return workspace_elems(geglu_linear_swapab_sm90_workspace_bytes(m, k, n), like);
 }
 
 // The down projection into out ([m, N], row stride N) on `like`'s device and stream;
@@ -279,9 +282,8 @@ OptTensor launch_mlp_one_kernel(const Tensor &x, const Tensor &w_gate, const Ten
                                 const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
                                 const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
   const int64_t m = x.size(0), d = x.size(1), hidden = w_gate.size(0);
-  const int64_t per16 = 16 / static_cast<int64_t>(x.element_size());
-  const int64_t ws_bytes = geglu_mlp_fused_sm90_workspace_bytes(m, d, hidden);
-  const int64_t y_elems = aligned_elems(m * d, x), h_elems = m * hidden, ws_elems = (ws_bytes + 15) / 16 * per16;
+  const int64_t y_elems = aligned_elems(m * d, x), h_elems = m * hidden;
+  const int64_t ws_elems = workspace_elems(geglu_mlp_fused_sm90_workspace_bytes(m, d, hidden), x);
   const int64_t size[1] = {y_elems + h_elems + ws_elems};
   Tensor buffer = device::empty(IntArrayRef(size, 1), x);
   Tensor y = device::contiguous_view(buffer, out_shape);
@@ -310,7 +312,8 @@ OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_u
 OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
   if (!engine_dtype(h) || !aligned16(h) || !is_sm90(h)) return std::nullopt;
   const int64_t m = h.size(0), k = h.size(1), n = w_down.size(0);
-  const Down kind = down_kernel(m, k, w_down, b_down, residual);
+  if (!down_serves(m, k, w_down, b_down, residual)) return std::nullopt;
+  const Down kind = down_kernel_by_size(m, w_down);
   if (kind == Down::kTorch) return std::nullopt;
   const device::DeviceGuard guard(h.get_device_index());
   // y, then the split-K kernel's workspace from the next 16-byte boundary.
@@ -331,7 +334,7 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
   const int64_t m = x.size(0), hidden = w_gate.size(0), n = w_down.size(0);
   if (m > kSwapAbTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
   if (!down_serves(m, hidden, w_down, b_down, residual)) return std::nullopt;
-  const Down kind = down_kernel(m, hidden, w_down, b_down, residual);
+  const Down kind = down_kernel_by_size(m, w_down);
   if (one_kernel_mlp(x, w_down, kind)) {
     if (OptTensor y = launch_mlp_one_kernel(x, w_gate, w_up, b_gate, b_up, w_down, b_down, residual, tanh, out_shape)) {
       return y;

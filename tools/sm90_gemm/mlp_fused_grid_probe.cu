@@ -27,6 +27,12 @@ int run_probe(ProbeArgs const& a, int device, cudaStream_t stream) {
 
 }  // namespace
 
+// The kernel's work units for a call of these sizes (what the grid divides).
+extern "C" int64_t geglu_mlp_fused_sm90_units(int64_t M, int64_t D, int64_t H) {
+  const mlp_fused::Units u = mlp_fused::units_of(M, D, H);
+  return int64_t(u.per_token_tile()) * u.token_tiles;
+}
+
 // geglu_mlp_fused_sm90's arguments (the caller passes valid ones: no checks here) and ctas.
 extern "C" int geglu_mlp_fused_sm90_ctas(const void* x, int64_t M, int64_t D, int64_t ldx, const void* w_gate,
                                          const void* w_up, int64_t ldw, const void* w_down, int64_t ldwd, void* h,
@@ -36,7 +42,7 @@ extern "C" int geglu_mlp_fused_sm90_ctas(const void* x, int64_t M, int64_t D, in
   if (sm90_launcher::current_sm90_device(&device) == nullptr) return GEGLU_SM90_ERR_DEVICE;
   const mlp_fused::Units u = mlp_fused::units_of(M, D, H);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  int* c = tile_counters::get(device, s, (int64_t(u.down_tiles) + 2 * int64_t(u.splits)) * u.token_tiles);
+  int* c = tile_counters::get(device, s, u.counters());
   if (c == nullptr) return GEGLU_SM90_ERR_CUDA;
   ProbeArgs a;
   std::memset(&a, 0, sizeof a);

@@ -25,18 +25,14 @@ from check_linear import graph_rounds, read_bandwidth
 from harness import ROOT, decode_grid, log, log_device, log_rows, mlp_weights, save_results, token_operands
 
 
-def units(M, D, H):
-    """The kernel's work units (mlp_fused_sm90.cu, units_of)."""
-    g, t, kt = -(-H // 64), -(-D // 128), -(-D // 64)
-    return (g + t * -(-g // kt)) * -(-M // 16)
-
-
 class Probe:
     def __init__(self, path):
         L = self.L = ctypes.CDLL(path)
         i64, vp, ci = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
         L.geglu_mlp_fused_sm90_workspace_bytes.argtypes = [i64, i64, i64]
         L.geglu_mlp_fused_sm90_workspace_bytes.restype = i64
+        L.geglu_mlp_fused_sm90_units.argtypes = [i64, i64, i64]
+        L.geglu_mlp_fused_sm90_units.restype = i64
         L.geglu_mlp_fused_sm90_ctas.argtypes = [vp, i64, i64, i64, vp, vp, i64, vp, i64, vp, i64, vp, vp, ci, ci, vp,
                                                 ci]
 
@@ -80,7 +76,7 @@ def main():
             x, h, _, y = token_operands(M, d, H)
             ws = torch.empty(max(probe.L.geglu_mlp_fused_sm90_workspace_bytes(M, d, H), 16), dtype=torch.uint8,
                              device="cuda")
-            n = units(M, d, H)
+            n = probe.L.geglu_mlp_fused_sm90_units(M, d, H)
             cands, want = {}, None
             for c in grids(n, sms):
                 y.fill_(float("nan"))
