@@ -10,11 +10,14 @@ self-CPU table of the layer call names the ATen calls inside it.
 
     python benchmarks/host_breakdown.py                      # GPU, Gemma-2B sizes, M = 1
     python benchmarks/host_breakdown.py --device cpu --tiny  # smoke test of the script
+    python benchmarks/host_breakdown.py --python-from DIR    # + the layer with DIR's
+        layers.py / linear.py (another revision's Python) over the same native build
 """
 
 import argparse
 import copy
 import os
+import types
 import statistics
 import sys
 from pathlib import Path
@@ -27,9 +30,32 @@ sys.path.insert(0, str(REPO))
 import example  # noqa: E402
 from host_time import add_call_args, host_us  # noqa: E402  (its timing loop and options)
 
+def _layer_with_python_from(directory: Path, package: str, eager):
+    """A copy of `eager` whose forward is GeGLUMLP's from directory/layers.py, importing
+    directory/linear.py, both run as modules of the loaded build's package (its native
+    op, its other modules): an A/B of Python alone, in one process."""
+    def load(name, text):
+        module = types.ModuleType(f"{package}.{name}")
+        module.__package__ = package
+        sys.modules[module.__name__] = module
+        exec(compile(text, str(directory / name), "exec"), module.__dict__)
+        return module
+
+    def source(name):
+        return (directory / f"{name}.py").read_text().replace("from .linear import", "from .linear_other import")
+
+    load("linear_other", source("linear"))
+    layers = load("layers_other", source("layers"))
+    other = copy.deepcopy(eager)
+    other.forward = layers.GeGLUMLP.forward.__get__(other)
+    return other
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_call_args(ap, calls=400)
+    ap.add_argument("--python-from", type=Path, help="a directory holding another revision's layers.py and "
+                    "linear.py: row 'layer, DIR's Python' runs them over this build's native op")
     args = ap.parse_args(argv)
 
     from transformers import GemmaConfig
@@ -65,6 +91,14 @@ def main(argv=None) -> int:
         "torch.empty([M, hidden])": lambda: torch.empty((args.tokens, hidden), dtype=dtype, device=args.device),
         "x.view(-1, dim)": lambda: x.view(-1, dim),
     }
+    if args.python_from is not None:
+        other = _layer_with_python_from(args.python_from, linear.__name__.rsplit(".", 1)[0], eager)
+        rows[f"layer, {args.python_from.name}'s Python"] = lambda: other(x)
+    # Floors: a stable-ABI op's dispatcher call with no work, and the op's builtin
+    # without OpOverload.__call__'s Python frame.
+    empty = torch.empty(0, dtype=dtype, device=args.device)
+    rows["ops.gelu.default(empty, empty)"] = lambda: ops.gelu.default(empty, empty)
+    rows["ops._geglu_mlp.default._op"] = lambda: ops._geglu_mlp.default._op(*mlp_args)
     if hasattr(ops, "_geglu_linear_sm90") and args.device == "cuda":
         rows["gate/up: ops._geglu_linear_sm90.default"] = lambda: ops._geglu_linear_sm90.default(
             x2, wg, wu, None, None, "tanh"
@@ -86,8 +120,9 @@ def main(argv=None) -> int:
     samples = {k: [] for k in rows}
     with torch.inference_mode():
         ref = eager(x).float()
-        err = (layer(x).float() - ref).abs().max().item()
-        assert err <= 0.05 * ref.abs().max().item() + 1e-3, err
+        for candidate in [layer] + ([other] if args.python_from is not None else []):
+            err = (candidate(x).float() - ref).abs().max().item()
+            assert err <= 0.05 * ref.abs().max().item() + 1e-3, err
         for fn in rows.values():  # warm up
             for _ in range(5):
                 fn()

@@ -65,9 +65,20 @@ using torch::stable::Tensor;
 
 // A device made current until the end of the scope, DeviceGuard guard(t.get_device_index()):
 // the C-shim GEMMs below and the backend's own launches run without the dispatcher's
-// device guard. CPU: nothing to set.
+// device guard. torch's guard is made only where the device is not current already: its
+// creation, device exchange and restore were ~0.5 us of a decode MLP call's host time on
+// an H200 host (benchmarks/results/h200/session17/host_profile_16.log), and a model's
+// layers run on the current device. CPU: nothing to set.
 #if defined(CUDA_KERNEL)
-using DeviceGuard = torch::stable::accelerator::DeviceGuard;
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int32_t index) {
+    if (torch::stable::accelerator::getCurrentDeviceIndex() != index) guard_.emplace(index);
+  }
+
+ private:
+  std::optional<torch::stable::accelerator::DeviceGuard> guard_;
+};
 #else
 struct DeviceGuard {
   explicit DeviceGuard(int32_t) {}

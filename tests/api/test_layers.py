@@ -289,6 +289,27 @@ class _Doubled(nn.Module):
         return 2.0 * w
 
 
+class _TaggedTensor(torch.Tensor):
+    """A tensor subclass (as a quantized or sharded parameter would be): not dense."""
+
+
+@pytest.mark.parametrize("which", ["weight", "bias"])
+def test_geglu_mlp_tensor_subclass_parameter_runs_the_module(kernel, monkeypatch, which):
+    """A projection whose weight or bias is a tensor subclass: the fused call, which
+    reads plain tensors (and is handed them without a second check), is not taken;
+    the module's own computation runs."""
+    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
+    mlp = gemma_mlp("gelu_pytorch_tanh", "all", "cpu", torch.float32)
+    x = torch.randn(2, 5, HIDDEN)
+    up = mlp.up_proj  # gate/up are then not fused either: the result is the module's, bit for bit
+    old = getattr(up, which)
+    up._parameters[which] = nn.Parameter(old.detach().clone().as_subclass(_TaggedTensor))
+    assert type(up._parameters[which]) is _TaggedTensor
+    out = call_layer(kernel.layers.GeGLUMLP, mlp, x)
+    assert calls == []
+    assert torch.equal(out, mlp(x))
+
+
 def test_geglu_mlp_under_autocast_runs_the_module(kernel, monkeypatch):
     """Under autocast nn.Linear computes in the autocast dtype: keep that behaviour."""
     calls = spy(monkeypatch, kernel, "geglu_mlp_call")

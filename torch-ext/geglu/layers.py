@@ -91,18 +91,26 @@ def _submodules(module: nn.Module, *names):
     registered there (nn.Module's __getattr__ costs about 1 us per read on the lent
     hosts, several per call; a decode step is bound by such host time)."""
     registered = module._modules
-    return [registered[n] if n in registered else getattr(module, n) for n in names]
+    try:
+        return [registered[n] for n in names]
+    except KeyError:  # one is a plain attribute (an activation function, say)
+        return [registered[n] if n in registered else getattr(module, n) for n in names]
 
 
 def _linear_operands(x: torch.Tensor, *linears):
-    """[(weight, bias), ...] of `linears` when the fused kernels compute what calling them
-    would: plain nn.Linear modules running nn.Linear.forward (not quantized or otherwise
+    """[weight, bias, weight, bias, ...] of `linears` (each a plain tensor, a bias
+    possibly None) when the fused kernels compute what calling them would: plain
+    nn.Linear modules running nn.Linear.forward (not quantized or otherwise
     re-implemented subclasses, whose weights mean something else; no forward set on the
     instance, as accelerate's offload hooks or another kernelize mapping do; no forward
-    hooks, which the fused call would skip), with dense weights (and biases) in x's dtype
-    registered as parameters (a parametrized weight is computed on access: not here),
-    and no autocast (under which nn.Linear would run in the autocast dtype). Else None.
-    Parameters are read from `_parameters`, once each (see _submodules)."""
+    hooks, which the fused call would skip), with dense weights and biases in x's dtype
+    registered as parameters (a parametrized weight is computed on access: not here; a
+    DTensor or other subclass is not dense), and no autocast (under which nn.Linear would
+    run in the autocast dtype). Else None.
+
+    This is most of a layer call's Python (benchmarks/results/h200/session17/
+    host_profile_16.log), so it reads each module's state from its `__dict__` directly,
+    once, with no attribute lookups through the class (see _submodules)."""
     # x.is_cuda first: x.device builds a torch.device object on every read.
     dtype = x.dtype
     if dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
@@ -113,13 +121,17 @@ def _linear_operands(x: torch.Tensor, *linears):
         # nn.Linear itself first: one identity test where a subclass takes two.
         if kind is not _LINEAR and not (issubclass(kind, _LINEAR) and kind.forward is _LINEAR_FORWARD):
             return None
-        if m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__:
+        state = m.__dict__
+        if state["_forward_hooks"] or state["_forward_pre_hooks"] or "forward" in state:
             return None
-        params = m._parameters
+        params = state["_parameters"]
         w, b = params.get("weight"), params.get("bias")
-        if type(w) not in _DENSE_TYPES or w.dtype != dtype or (b is not None and b.dtype != dtype):
+        if type(w) not in _DENSE_TYPES or w.dtype != dtype:
             return None
-        operands.append((w, b))
+        if b is not None and (type(b) not in _DENSE_TYPES or b.dtype != dtype):
+            return None
+        operands.append(w)
+        operands.append(b)
     return operands
 
 
@@ -135,11 +147,11 @@ def _gated_gelu_mlp(x: torch.Tensor, gate, up, down, act, dropout=None) -> torch
         # The common case, checked in one pass: all three linears fused.
         operands = _linear_operands(x, gate, up, down)
         if operands is not None:
-            (w_gate, b_gate), (w_up, b_up), (w_down, b_down) = operands
+            w_gate, b_gate, w_up, b_up, w_down, b_down = operands
             return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, None, approximate)
     gate_up = _linear_operands(x, gate, up)
     if gate_up is not None:
-        (w_gate, b_gate), (w_up, b_up) = gate_up
+        w_gate, b_gate, w_up, b_up = gate_up
         h = geglu_linear(x, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
     else:
         # Tensor parallelism: gate/up column-sharded by a plan we know compute this rank's
@@ -305,8 +317,8 @@ class BiasGeluIntermediate(nn.Module):
                 approximate == "none" and hidden_states.dtype in _HALF_DTYPES and _is_sm90(hidden_states)
             )
             operands = _linear_operands(hidden_states, dense) if fused else None
-            if operands is not None and (operands[0][1] is not None or approximate == "none"):
-                ((weight, bias),) = operands
+            if operands is not None and (operands[1] is not None or approximate == "none"):
+                weight, bias = operands
                 return linear_bias_gelu(hidden_states, weight, bias, approximate=approximate)
         return act(dense(hidden_states))
 

@@ -321,11 +321,12 @@ def _native_call(x, tensors, approximate: str) -> bool:
     """Whether a call can run as the native op, which checks its own arguments: x's
     device has one and every argument is a plain tensor (or None: anything else takes
     the Python route, whose checks name it). The callers add the gradient's condition."""
-    if _NATIVE_MLP_FLAG is None or type(x) not in PLAIN_TYPES or type(approximate) is not str:
-        return False
-    if not getattr(x, _NATIVE_MLP_FLAG):
-        return False
-    return all_plain(*tensors)
+    return _native_x(x, approximate) and all_plain(*tensors)
+
+
+def _native_x(x, approximate) -> bool:
+    """_native_call's conditions on x and approximate alone."""
+    return _NATIVE_MLP_FLAG is not None and type(x) in PLAIN_TYPES and type(approximate) is str and getattr(x, _NATIVE_MLP_FLAG)
 
 
 # --------------------------------------------------------------------------- public API
@@ -416,21 +417,32 @@ def geglu_mlp(
     if not isinstance(biases, (tuple, list)) or len(biases) != 3:
         raise TypeError(f"biases must be None or a tuple (b_gate, b_up, b_down), got {biases!r}")
     b_gate, b_up, b_down = biases
+    if not all_plain(w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
+        return _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
 
 
 def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
-    """geglu_mlp with the biases as arguments: the layers' entry (no tuple to build)."""
-    tensors = (w_gate, w_up, w_down, b_gate, b_up, b_down, residual)
-    if _native_call(x, tensors, approximate):
+    """geglu_mlp with the biases as arguments, for weights, biases and a residual that
+    are plain tensors or None: the layers' entry (their _linear_operands checked the
+    types; geglu_mlp checks them with all_plain). Every check here is one a layer call
+    pays on the host (issue 15: <= 15 us a call), so x alone is checked, inline."""
+    if _native_x(x, approximate):
         # .default: the overload itself, without the packet's overload resolution per call.
-        if not _needs_grad(x, *tensors):
+        if not torch.is_grad_enabled() or not _needs_grad(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
             return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
         # With gradients, the native autograd node runs in eager only: torch.compile
         # differentiates the composition (the node would hide the backward's kernels from
         # it), and an empty problem takes the composition too (autograd over torch's GEMMs).
         if not torch.compiler.is_compiling() and 0 not in (x.numel(), w_gate.numel(), w_down.numel()):
             return _GegluMlpTrain.apply(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+    return _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+
+
+def _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
+    """geglu_mlp from the package's Python routes (torch's GEMMs or the fused gate/up
+    GEMM, then the down GEMM): where the native op does not serve, and for tensor
+    subclasses, whose checks and dispatch happen here."""
     _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     x2 = _flatten_tokens(x)
     res = None if residual is None else _flatten_tokens(residual)
