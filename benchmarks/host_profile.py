@@ -98,7 +98,7 @@ def summarize(raw: Path, top: int) -> None:
     print(f"{'incl %':>7} {'self %':>7}  frame")
     for name, n in inclusive.most_common(top):
         print(f"{100 * n / total:7.1f} {100 * own[name] / total:7.1f}  {name}")
-    print(f"\n== innermost frames")
+    print("\n== innermost frames")
     for name, n in own.most_common(top // 2):
         print(f"{100 * n / total:7.1f}  {name}")
 

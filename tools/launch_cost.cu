@@ -20,9 +20,18 @@ struct Params {
   char bytes[1024];
 };
 
+struct SmallParams {
+  char bytes[64];
+};
+
 __global__ void __launch_bounds__(384, 1) kernel(Params p) {
   extern __shared__ char smem[];
   if (threadIdx.x == 0 && p.bytes[0] == 42) smem[0] = 1;  // never: the kernel does nothing
+}
+
+__global__ void __launch_bounds__(384, 1) small_kernel(SmallParams p) {
+  extern __shared__ char smem[];
+  if (threadIdx.x == 0 && p.bytes[0] == 42) smem[0] = 1;
 }
 
 #define CHECK(x)                                                                          \
@@ -34,7 +43,7 @@ __global__ void __launch_bounds__(384, 1) kernel(Params p) {
     }                                                                                     \
   } while (0)
 
-enum Mode { kChevron, kExPlain, kExCooperative, kCooperativeApi };
+enum Mode { kChevron, kExPlain, kExCooperative, kCooperativeApi, kSmallParams, kModes };
 
 static cudaError_t launch(Mode mode, int grid, int smem, cudaStream_t stream, Params& p) {
   void* args[] = {&p};
@@ -44,6 +53,11 @@ static cudaError_t launch(Mode mode, int grid, int smem, cudaStream_t stream, Pa
       return cudaGetLastError();
     case kCooperativeApi:
       return cudaLaunchCooperativeKernel((void*)kernel, grid, 384, args, smem, stream);
+    case kSmallParams: {
+      SmallParams sp{};
+      small_kernel<<<grid, 384, smem, stream>>>(sp);
+      return cudaGetLastError();
+    }
     default: {
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(grid);
@@ -65,18 +79,19 @@ static cudaError_t launch(Mode mode, int grid, int smem, cudaStream_t stream, Pa
 int main() {
   const int smem = 200 * 1024, grid = 116, burst = 20, bursts = 500, rounds = 9;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(small_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Params p{};
   const char* names[] = {"kernel<<<>>>", "cudaLaunchKernelExC", "cudaLaunchKernelExC, cooperative",
-                         "cudaLaunchCooperativeKernel"};
-  std::vector<std::vector<double>> us(4);
-  for (int m = 0; m < 4; ++m) {  // warm up
+                         "cudaLaunchCooperativeKernel", "kernel<<<>>>, 64-byte params"};
+  std::vector<std::vector<double>> us(kModes);
+  for (int m = 0; m < kModes; ++m) {  // warm up
     for (int i = 0; i < 100; ++i) CHECK(launch(Mode(m), grid, smem, stream, p));
   }
   CHECK(cudaStreamSynchronize(stream));
   for (int r = 0; r < rounds; ++r) {
-    for (int m = 0; m < 4; ++m) {  // interleaved
+    for (int m = 0; m < kModes; ++m) {  // interleaved
       double total = 0;
       for (int b = 0; b < bursts; ++b) {
         CHECK(cudaStreamSynchronize(stream));
@@ -89,7 +104,7 @@ int main() {
   }
   std::printf("host us per launch (%d CTAs x 384 threads, %d KB smem, %zu-byte params; median of %d rounds)\n",
               grid, smem / 1024, sizeof(Params), rounds);
-  for (int m = 0; m < 4; ++m) {
+  for (int m = 0; m < kModes; ++m) {
     std::sort(us[m].begin(), us[m].end());
     std::printf("  %-36s %6.2f  (%.2f-%.2f)\n", names[m], us[m][rounds / 2], us[m].front(), us[m].back());
   }
