@@ -272,15 +272,14 @@ class SwapAbEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SwapAbAr
 };
 
 // 16 tokens per tile: at 64 tokens it lost to the engine (Gemma-7B 86.7 against 76.4 us;
-// with 32, 76.9), and the op takes it up to 32 tokens (results/h200/swap/). The decode
-// MLP's one kernel also instantiates it with 64 (Tokens) for 33-64 tokens.
-template <class Element, int Tokens = 16>
+// with 32, 76.9), and the op takes it up to 32 tokens (results/h200/swap/).
+template <class Element>
 struct SwapAbGemm {
   using Epilogue = SwapAbEpilogue<Element>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   // A = W [2H, K] (two halves), B = x [M, K].
   using MainloopBase = swapab_collective::Mainloop<
-      Element, static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage)), Tokens>;
+      Element, static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>;
   using Mainloop = SwapAbMainloop<MainloopBase>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
                                                       cutlass::gemm::PersistentScheduler>;

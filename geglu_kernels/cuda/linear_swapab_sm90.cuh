@@ -180,9 +180,7 @@ struct SplitKArguments {
   int64_t ldo = 0;
 };
 
-// Tokens: the tile's token count (kTileTokens here; 64 in the decode MLP's one kernel at
-// 33-64 tokens).
-template <class Element_, int Tokens = kTileTokens>
+template <class Element_>
 class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
                                                              cute::Stride<cute::Int<1>, int64_t, int64_t>> {
   using Base = sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
@@ -201,20 +199,19 @@ class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKAr
                                  cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
                                  int thread_idx, char*) {
     constexpr int kThreads = 128;  // the consumer warpgroup that owns the tile
-    constexpr int kGroup = 4 * (kThreads / 32);  // the tokens the reduction's threads cover at once
-    static_assert(kTileRows == 4 * 32 && Tokens % kGroup == 0, "the reduction's thread map");
+    static_assert(kTileRows == 4 * 32 && kTileTokens == 4 * (kThreads / 32), "the reduction's thread map");
     const int N = int(get<0>(problem_shape_mnkl));
     const int M = int(get<1>(problem_shape_mnkl));
     const int S = int(get<3>(problem_shape_mnkl));
     const int m_tile = int(get<0>(blk_coord_mnkl)), n_tile = int(get<1>(blk_coord_mnkl));
-    const int r0 = m_tile * kTileRows, t0 = n_tile * Tokens;
+    const int r0 = m_tile * kTileRows, t0 = n_tile * kTileTokens;
     const int ldp = partial_stride(N);
     const int64_t MN = int64_t(M) * ldp;
     const int64_t l = int64_t(get<3>(blk_coord_mnkl));
 
     // 1. This unit's partial sums.
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
-    Tensor cT = make_identity_tensor(make_shape(Int<kTileRows>{}, Int<Tokens>{}));
+    Tensor cT = make_identity_tensor(make_shape(Int<kTileRows>{}, Int<kTileTokens>{}));
     Tensor tC = thr_mma.partition_C(cT);
     static_assert(decltype(size(tC))::value == decltype(size(acc))::value, "one coordinate per accumulator");
     float* __restrict__ mine = params.partials + l * MN;
@@ -247,29 +244,19 @@ class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKAr
         : "memory");
     if (!last) return;
 
-    // 3. The last unit: thread (q, c) sums rows r0 + 4c .. 4c + 3 for tokens t0 + 4q .. 4q + 3
-    //    of each group of 16, splits in order, with 16-byte loads through L2 (where the
-    //    other SMs' partials are; rows padded to ldp keep them aligned), kBatch splits in
-    //    flight.
+    // 3. The last unit: thread (q, c) sums rows r0 + 4c .. 4c + 3 for tokens t0 + 4q .. 4q + 3,
+    //    splits in order, with 16-byte loads through L2 (where the other SMs' partials
+    //    are; rows padded to ldp keep them aligned), kBatch splits in flight.
     if (thread_idx == 0) *counter = 0;  // the next call starts from 0 (it runs after this kernel)
     const int q = thread_idx / 32, c = thread_idx % 32;
-    const int r = r0 + 4 * c;
-    if (r >= N) return;
-    for (int group = 0; group < Tokens; group += kGroup) {
-      reduce(t0 + group + 4 * q, min(4, M - (t0 + group + 4 * q)), r, N, S, ldp, MN);
-    }
-  }
-
- private:
-  // The sum over the S splits of rows r .. r + 3, tokens t0 .. t0 + tokens - 1 (up to 4),
-  // with the bias and the residual, rounded once into out.
-  CUTLASS_DEVICE void reduce(int t0, int tokens, int r, int N, int S, int ldp, int64_t MN) const {
-    if (tokens <= 0) return;
+    const int r = r0 + 4 * c, tq = 4 * q;
+    const int tokens = min(kTileTokens, M - t0) - tq;  // this thread's, up to 4
+    if (r >= N || tokens <= 0) return;
     constexpr int kBatch = 6;  // 8 spills
     float4 sum[4];
     CUTLASS_PRAGMA_UNROLL
     for (int t = 0; t < 4; ++t) sum[t] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float* __restrict__ base = params.partials + int64_t(t0) * ldp + r;
+    const float* __restrict__ base = params.partials + int64_t(t0 + tq) * ldp + r;
     for (int l0 = 0; l0 < S; l0 += kBatch) {
       float4 v[kBatch][4];
       CUTLASS_PRAGMA_UNROLL
@@ -299,7 +286,7 @@ class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKAr
     CUTLASS_PRAGMA_UNROLL
     for (int t = 0; t < 4; ++t) {
       if (t < tokens) {
-        const int64_t row = t0 + t;
+        const int64_t row = t0 + tq + t;
         const float y[4] = {sum[t].x, sum[t].y, sum[t].z, sum[t].w};
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < 4; ++i) {
@@ -316,8 +303,8 @@ class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKAr
 
 template <class Element>
 struct SplitKGemm {
-  static_assert(cute::is_same_v<swapab_collective::TileShape<>, Shape<Int<kTileRows>, Int<kTileTokens>, Int<kTileK>>>,
-                "choose_splits assumes the collective's tile");
+  static_assert(cute::is_same_v<swapab_collective::TileShape, Shape<Int<kTileRows>, Int<kTileTokens>, Int<kTileK>>>,
+                "the epilogue's thread map and choose_splits assume the collective's tile");
   using Epilogue = SplitKEpilogue<Element>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   // A = W [N, K], B = x [M, K].

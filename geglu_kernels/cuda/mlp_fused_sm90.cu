@@ -10,12 +10,9 @@
 // the two kernels, 16 tokens: Gemma-7B 111.7 against 114.0 us on the H200, 161.9 against
 // 168.1 on the H100; mlp_kernels.cpp has the table, docs/DESIGN.md "The decode MLP in one
 // kernel" the design's measurements):
-// - Both kinds of unit run on the two kernels' CollectiveMma (swapab_collective.cuh:
-//   128 x 16 x 64 tile, 12 stages), so one pipeline and one shared-memory layout serve
-//   both; their mainloops (SwapAbMainloop, SplitKMainloop) and epilogues are used as they
-//   are. At 33-64 tokens the tile is 128 x 64 x 64 (9 stages): one token tile, so each
-//   weight tile reaches shared memory once, where 16-token tiles read it 3-4 times (from
-//   L2 at best; the engine's route was faster than that, docs/DESIGN.md).
+// - Both kernels instantiate the same CollectiveMma (swapab_collective.cuh: 128 x 16 x 64
+//   tile, 12 stages), so one pipeline and one shared-memory layout serve both; their
+//   mainloops (SwapAbMainloop, SplitKMainloop) and epilogues are used as they are.
 // - Units: the G = ceil(H / 64) gate/up units, then the down projection's T = ceil(D / 128)
 //   row tiles x S splits of its K (= H), per token tile, in that order (the scheduler's
 //   batch mode carries the unit index). S = ceil(G / KT) with KT = ceil(D / 64), so that a
@@ -54,9 +51,7 @@ namespace mlp_fused {
 
 using namespace cute;
 
-constexpr int kTileRows = 128, kTileK = 64;
-// The token tile: 16 up to kNarrowMaxTokens tokens (one or two tiles), 64 above.
-constexpr int kNarrowTokens = 16, kWideTokens = 64, kNarrowMaxTokens = 32;
+constexpr int kTileRows = 128, kTileTokens = 16, kTileK = 64;
 
 // The run's unit layout (see the top).
 struct Units {
@@ -65,7 +60,6 @@ struct Units {
   int splits;       // S
   int k_tiles;      // KT
   int token_tiles;  // NT
-  int tile_tokens;  // kNarrowTokens or kWideTokens: which kernel runs
 
   // Units per token tile, the scheduler's batch count: G + T S.
   CUTLASS_HOST_DEVICE int per_token_tile() const { return gate_up + down_tiles * splits; }
@@ -97,7 +91,7 @@ struct FusedMainloop : Base {
   };
 
   // The kernel reads the stage's byte count from these Params (both unit kinds load
-  // 128 x 64 weights and tokens x 64 of x or h a stage); the loads use the two sub-params.
+  // 128 x 64 weights and 16 x 64 tokens a stage); the loads use the two sub-params.
   struct Params : Base::Params {
     typename GateUp::Params gate_up;
     typename Down::Params down;
@@ -248,8 +242,8 @@ struct FusedArguments {
 };
 
 // The gate/up units' epilogue (h, then the release of the split's count) or the split-K
-// one, by unit; Tokens: the tile's token count.
-template <class Element_, int Tokens>
+// one, by unit.
+template <class Element_>
 class FusedEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>,
                                                             cute::Stride<cute::Int<1>, int64_t, int64_t>> {
   using Base = sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>,
@@ -286,21 +280,19 @@ class FusedEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, FusedArgu
       return;
     }
     const int d = unit - u.gate_up;
-    linear_swapab::SplitKEpilogue<Element, Tokens> down(params.down);
+    linear_swapab::SplitKEpilogue<Element> down(params.down);
     down(make_shape(params.D, params.M, u.k_tiles * kTileK, u.splits), blk_shape,
          make_coord(d % u.down_tiles, n, 0, d / u.down_tiles), acc, tiled_mma, residue, thread_idx, smem);
   }
 };
 
-template <class Element, int Tokens>
+template <class Element>
 struct FusedGemm {
-  using Epilogue = FusedEpilogue<Element, Tokens>;
-  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
-  // The two kernels' CollectiveMma (at 16 tokens the very type both instantiate).
-  using MainloopBase = typename geglu_swapab::SwapAbGemm<Element, Tokens>::MainloopBase;
-  static_assert(Tokens != kNarrowTokens ||
-                    std::is_same_v<MainloopBase, typename linear_swapab::SplitKGemm<Element>::MainloopBase>,
+  using MainloopBase = typename linear_swapab::SplitKGemm<Element>::MainloopBase;
+  static_assert(std::is_same_v<MainloopBase, typename geglu_swapab::SwapAbGemm<Element>::MainloopBase>,
                 "both kernels instantiate one CollectiveMma: one pipeline serves both unit kinds");
+  using Epilogue = FusedEpilogue<Element>;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   using Mainloop = FusedMainloop<MainloopBase>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
                                                       cutlass::gemm::PersistentScheduler>;
@@ -312,8 +304,7 @@ Units units_of(int64_t M, int64_t D, int64_t H) {
   u.down_tiles = int((D + kTileRows - 1) / kTileRows);
   u.k_tiles = int((D + kTileK - 1) / kTileK);
   u.splits = (u.gate_up + u.k_tiles - 1) / u.k_tiles;
-  u.tile_tokens = M > kNarrowMaxTokens ? kWideTokens : kNarrowTokens;
-  u.token_tiles = int((M + u.tile_tokens - 1) / u.tile_tokens);
+  u.token_tiles = int((M + kTileTokens - 1) / kTileTokens);
   return u;
 }
 
@@ -345,11 +336,10 @@ struct LaunchArgs {
   int approximate;
 };
 
-// The kernel's arguments for a call; `ctas`: the persistent grid's size (grid_ctas);
-// Tokens: units_of's tile_tokens for the call.
-template <class Element, int Tokens>
-typename FusedGemm<Element, Tokens>::Kernel::Arguments make_arguments(LaunchArgs const& c, int device, int ctas) {
-  using Kernel = typename FusedGemm<Element, Tokens>::Kernel;
+// The kernel's arguments for a call; `ctas`: the persistent grid's size (grid_ctas).
+template <class Element>
+typename FusedGemm<Element>::Kernel::Arguments make_arguments(LaunchArgs const& c, int device, int ctas) {
+  using Kernel = typename FusedGemm<Element>::Kernel;
   const Units u = units_of(c.M, c.D, c.H);
   typename Kernel::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -391,10 +381,10 @@ typename FusedGemm<Element, Tokens>::Kernel::Arguments make_arguments(LaunchArgs
   return args;
 }
 
-template <class Element, int Tokens>
+template <class Element>
 int run(LaunchArgs const& a, int device, int ctas, cudaStream_t stream) {
-  using Kernel = typename FusedGemm<Element, Tokens>::Kernel;
-  auto make = [device, ctas](LaunchArgs const& c) { return make_arguments<Element, Tokens>(c, device, ctas); };
+  using Kernel = typename FusedGemm<Element>::Kernel;
+  auto make = [device, ctas](LaunchArgs const& c) { return make_arguments<Element>(c, device, ctas); };
   return sm90_launcher::status_of(
       sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs, /*Cooperative=*/true>::run(a, device, stream, make));
 }
@@ -446,11 +436,6 @@ extern "C" int geglu_mlp_fused_sm90(const void* x, int64_t M, int64_t D, int64_t
   a.counters = c;
   a.approximate = approximate ? 1 : 0;
   const int ctas = mlp_fused::grid_ctas(u, info->sm_count);
-  using mlp_fused::kWideTokens, mlp_fused::kNarrowTokens;
-  if (u.tile_tokens == kWideTokens) {
-    if (dtype == GEGLU_SM90_BF16) return mlp_fused::run<cutlass::bfloat16_t, kWideTokens>(a, device, ctas, s);
-    return mlp_fused::run<cutlass::half_t, kWideTokens>(a, device, ctas, s);
-  }
-  if (dtype == GEGLU_SM90_BF16) return mlp_fused::run<cutlass::bfloat16_t, kNarrowTokens>(a, device, ctas, s);
-  return mlp_fused::run<cutlass::half_t, kNarrowTokens>(a, device, ctas, s);
+  if (dtype == GEGLU_SM90_BF16) return mlp_fused::run<cutlass::bfloat16_t>(a, device, ctas, s);
+  return mlp_fused::run<cutlass::half_t>(a, device, ctas, s);
 }

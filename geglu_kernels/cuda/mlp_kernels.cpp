@@ -156,8 +156,6 @@ constexpr int64_t kMaxInt32 = (int64_t(1) << 31) - 1;  // the engine's int32 pro
 constexpr int64_t kDecodeTokens = 4;
 static_assert(kDecodeTokens <= GEGLU_DECODE_LINEAR_MAX_M);
 constexpr int64_t kSwapAbTokens = 32;
-// The one-kernel MLP's largest token count: 33-64 tokens run its 64-token tile (see the top).
-constexpr int64_t kOneKernelTokens = 64;
 // The split-K down projection's smallest weight (N x K elements): below, its fixed cost
 // (the last unit of each tile sums the splits) lost to cuBLAS's addmm (see the top).
 constexpr int64_t kSplitKMinWeightBytes = int64_t(48) << 20;
@@ -210,21 +208,15 @@ enum class Down { kTorch, kDecodeLinear, kSplitK };
 
 int64_t weight_bytes(const Tensor &w) { return w.size(0) * w.size(1) * static_cast<int64_t>(w.element_size()); }
 
-// Whether the sm_90 down kernels (and the one-kernel MLP's down units) take
-// h @ w_down.T + b_down + residual for h [m, k] of aligned 16-byte rows in bf16/fp16 at
-// all (the caller's checks), token count aside: sizes, layouts.
-bool down_layout_serves(int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
+// Whether the sm_90 down kernels take h @ w_down.T + b_down + residual for h [m, k] of
+// aligned 16-byte rows in bf16/fp16 at all (the caller's checks): sizes, layouts.
+bool down_serves(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
   const int64_t n = w_down.size(0);
-  if (k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return false;
+  if (m < 1 || m > kSwapAbTokens || k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return false;
   if (b_down.has_value() && !b_down->is_contiguous()) return false;
   // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
   if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return false;
   return aligned16(w_down);
-}
-
-// down_layout_serves at a token count the down kernels take (1-32).
-bool down_serves(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
-  return m >= 1 && m <= kSwapAbTokens && down_layout_serves(k, w_down, b_down, residual);
 }
 
 // Which kernel runs a down projection that down_serves alone, by its sizes (see the top).
@@ -235,9 +227,9 @@ Down down_kernel_by_size(int64_t m, const Tensor &w_down) {
   return Down::kTorch;
 }
 
-// Whether the MLP runs as one kernel, given the down kernel that would serve it alone
-// (kTorch at 33-64 tokens): a transformer MLP (the output as wide as x) with a down weight
-// of >= 48 MiB, or of >= 40 MiB where the decode linear does not serve (see the top).
+// Whether the MLP runs as one kernel, given the down kernel that would serve it alone:
+// a transformer MLP (the output as wide as x) with a down weight of >= 48 MiB, or of
+// >= 40 MiB where the decode linear does not serve (see the top).
 bool one_kernel_mlp(const Tensor &x, const Tensor &w_down, Down alone) {
   if (w_down.size(0) != x.size(1)) return false;
   const int64_t bytes = weight_bytes(w_down);
@@ -340,10 +332,9 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
                            const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
                            const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
   const int64_t m = x.size(0), hidden = w_gate.size(0), n = w_down.size(0);
-  if (m > kOneKernelTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
-  if (!down_layout_serves(hidden, w_down, b_down, residual)) return std::nullopt;
-  // 33-64 tokens: the one kernel or nothing (the engine's gate/up and torch's GEMM).
-  const Down kind = m <= kSwapAbTokens ? down_kernel_by_size(m, w_down) : Down::kTorch;
+  if (m > kSwapAbTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
+  if (!down_serves(m, hidden, w_down, b_down, residual)) return std::nullopt;
+  const Down kind = down_kernel_by_size(m, w_down);
   if (one_kernel_mlp(x, w_down, kind)) {
     if (OptTensor y = launch_mlp_one_kernel(x, w_gate, w_up, b_gate, b_up, w_down, b_down, residual, tanh, out_shape)) {
       return y;

@@ -409,14 +409,14 @@ def test_mlp_splitk_route(sm90, kernel, case):
     assert all("geglu_swapab" in s or "linear_swapab" in s or s.startswith("Memset") for s in names), names
 
 
-@pytest.mark.parametrize("k,m", [(128, 8), (3072, 8), (3072, 64)], ids=["split-K", "one-kernel", "one-kernel-64-tokens"])
-def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel, k, m):
+@pytest.mark.parametrize("k", [128, 3072], ids=["split-K", "one-kernel"])
+def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel, k):
     """The split-K route (x narrower than the output) and the one-kernel MLP (x as wide)
     captured into CUDA graphs (the first call of a capture, which makes that capture's
     counters, happens inside it) and replayed with new inputs; two graphs captured on
     one stream replayed on two streams at once; calls alternating between two streams.
     Every result against the float64 reference, and opcheck of the op on this route."""
-    dtype, hidden, n = torch.bfloat16, 8192, 3072
+    dtype, m, hidden, n = torch.bfloat16, 8, 8192, 3072
     w = rand((2 * hidden, k), dtype, 151, scale=k**-0.5)
     wd = rand((n, hidden), dtype, 152, scale=hidden**-0.5)
     op = kernel._ops.ops._geglu_mlp.default
@@ -464,10 +464,8 @@ def test_mlp_splitk_graph_replay_and_two_streams(sm90, kernel, k, m):
 # with one of 40-48 MiB (Gemma-2-2B's): odd widths (dim not a multiple of 128, hidden past
 # a 64-column tile), 17 tokens (two token tiles), and 2 tokens with an output too wide for
 # the decode linear's one wave.
-# 1-32 tokens: 16-token tiles (two at 17-32); 33-64: one 64-token tile.
 ONE_KERNEL_CASES = [(1, 3000, 8392), (2, 6504, 4104), (4, 3072, 8200), (5, 3000, 8392), (16, 3000, 8392),
-                    (17, 3072, 8200), (32, 3000, 8392), (8, 2304, 9216), (33, 3000, 8392), (48, 6504, 4104),
-                    (64, 3072, 8200), (61, 2304, 9216)]
+                    (17, 3072, 8200), (32, 3000, 8392), (8, 2304, 9216)]
 
 
 def one_kernel_operands(m, dim, hidden, dtype, seed):
@@ -509,8 +507,7 @@ def test_mlp_one_kernel(sm90, kernel, case, dtype):
 
 
 @pytest.mark.profiler
-@pytest.mark.parametrize("case", [ONE_KERNEL_CASES[0], ONE_KERNEL_CASES[4], ONE_KERNEL_CASES[10]],
-                         ids=lambda c: f"M{c[0]}-D{c[1]}-H{c[2]}")
+@pytest.mark.parametrize("case", [ONE_KERNEL_CASES[0], ONE_KERNEL_CASES[4]], ids=lambda c: f"M{c[0]}-D{c[1]}-H{c[2]}")
 def test_mlp_one_kernel_route(sm90, kernel, case):
     """test_mlp_one_kernel's calls run one kernel, the fused MLP, and nothing else (a
     stream's first call zeroes its counters: a memset); with a merged gate/up weight too."""

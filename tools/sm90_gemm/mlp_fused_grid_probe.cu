@@ -15,11 +15,11 @@ struct ProbeArgs {  // the params-cache key: the call and the grid
   int64_t ctas;
 };
 
-template <class Element, int Tokens>
+template <class Element>
 int run_probe(ProbeArgs const& a, int device, cudaStream_t stream) {
-  using Kernel = typename mlp_fused::FusedGemm<Element, Tokens>::Kernel;
+  using Kernel = typename mlp_fused::FusedGemm<Element>::Kernel;
   auto make = [device](ProbeArgs const& p) {
-    return mlp_fused::make_arguments<Element, Tokens>(p.call, device, int(p.ctas));
+    return mlp_fused::make_arguments<Element>(p.call, device, int(p.ctas));
   };
   return sm90_launcher::status_of(
       sm90_launcher::Runner<Kernel, 1, 1, ProbeArgs, /*Cooperative=*/true>::run(a, device, stream, make));
@@ -54,11 +54,6 @@ extern "C" int geglu_mlp_fused_sm90_ctas(const void* x, int64_t M, int64_t D, in
   a.call.counters = c;
   a.call.approximate = approximate;
   a.ctas = ctas;
-  using mlp_fused::kWideTokens, mlp_fused::kNarrowTokens;
-  if (u.tile_tokens == kWideTokens) {
-    if (dtype == GEGLU_SM90_BF16) return run_probe<cutlass::bfloat16_t, kWideTokens>(a, device, s);
-    return run_probe<cutlass::half_t, kWideTokens>(a, device, s);
-  }
-  if (dtype == GEGLU_SM90_BF16) return run_probe<cutlass::bfloat16_t, kNarrowTokens>(a, device, s);
-  return run_probe<cutlass::half_t, kNarrowTokens>(a, device, s);
+  if (dtype == GEGLU_SM90_BF16) return run_probe<cutlass::bfloat16_t>(a, device, s);
+  return run_probe<cutlass::half_t>(a, device, s);
 }
