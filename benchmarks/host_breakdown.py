@@ -17,9 +17,9 @@ self-CPU table of the layer call names the ATen calls inside it.
 import argparse
 import copy
 import os
-import types
 import statistics
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 import example  # noqa: E402
 from host_time import add_call_args, host_us  # noqa: E402  (its timing loop and options)
+
 
 def _layer_with_python_from(directory: Path, package: str, eager):
     """A copy of `eager` whose forward is GeGLUMLP's from directory/layers.py, importing

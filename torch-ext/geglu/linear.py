@@ -326,7 +326,9 @@ def _native_call(x, tensors, approximate: str) -> bool:
 
 def _native_x(x, approximate) -> bool:
     """_native_call's conditions on x and approximate alone."""
-    return _NATIVE_MLP_FLAG is not None and type(x) in PLAIN_TYPES and type(approximate) is str and getattr(x, _NATIVE_MLP_FLAG)
+    if _NATIVE_MLP_FLAG is None or type(x) not in PLAIN_TYPES or type(approximate) is not str:
+        return False
+    return getattr(x, _NATIVE_MLP_FLAG)
 
 
 # --------------------------------------------------------------------------- public API
@@ -426,7 +428,8 @@ def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appr
     """geglu_mlp with the biases as arguments, for weights, biases and a residual that
     are plain tensors or None: the layers' entry (their _linear_operands checked the
     types; geglu_mlp checks them with all_plain). Every check here is one a layer call
-    pays on the host (issue 15: <= 15 us a call), so x alone is checked, inline."""
+    pays on the host (issue 15: <= 15 us a call), so only x and approximate are checked,
+    and the requires-grad loop runs only in grad mode (not under no_grad / inference)."""
     if _native_x(x, approximate):
         # .default: the overload itself, without the packet's overload resolution per call.
         if not torch.is_grad_enabled() or not _needs_grad(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
