@@ -118,6 +118,8 @@ def main(argv=None) -> int:
     if args.child:
         child(args)
         return 0
+    if args.py_spy is None or not args.py_spy.exists():
+        ap.error("--py-spy PATH: the py-spy executable (pip download py-spy; unzip its wheel)")
     cmd = [sys.executable, __file__, "--child", "--device", args.device, "--tokens", str(args.tokens),
            "--seconds", str(args.seconds)] + (["--tiny"] if args.tiny else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
