@@ -19,8 +19,8 @@ namespace linear_swapab {
 
 using namespace cute;
 
-// The split of K for 16-token tiles: the fewest k-tiles per SM, counting each work unit's
-// tile as one more k-tile (its epilogue and the reduction's share); ties go to fewer splits.
+// The split of K: the fewest k-tiles per SM, counting each work unit's tile as one more
+// k-tile (its epilogue and the reduction's share); ties go to fewer splits.
 int choose_splits(int64_t M, int64_t K, int64_t N, int sm_count) {
   const int64_t tiles = ((N + kTileRows - 1) / kTileRows) * ((M + kTileTokens - 1) / kTileTokens);
   const int64_t k_tiles = (K + kTileK - 1) / kTileK;
@@ -34,30 +34,6 @@ int choose_splits(int64_t M, int64_t K, int64_t N, int sm_count) {
     if (cost < best_cost) best = s, best_cost = cost;
   }
   return best;
-}
-
-// The split of K for 64-token tiles: the most splits whose units all fit one wave (a
-// tile's units wait for each other: SplitKSlicedEpilogue), 1 where the tiles alone fill it.
-int choose_wide_splits(int64_t M, int64_t K, int64_t N, int sm_count) {
-  const int64_t tiles = ((N + kTileRows - 1) / kTileRows) * ((M + kWideTileTokens - 1) / kWideTileTokens);
-  const int64_t k_tiles = (K + kTileK - 1) / kTileK;
-  for (int s = kMaxSplits; s > 1; --s) {
-    if (tiles * s > sm_count || s > k_tiles) continue;
-    if ((s - 1) * ((k_tiles + s - 1) / s) < k_tiles) return s;  // the last split not empty
-  }
-  return 1;
-}
-
-// Up to 32 tokens, 16-token tiles; from 33, one 64-token tile.
-constexpr int64_t kMaxNarrowTokens = 32;
-
-int splits_for(int64_t M, int64_t K, int64_t N, int sm_count) {
-  return M > kMaxNarrowTokens ? choose_wide_splits(M, K, N, sm_count) : choose_splits(M, K, N, sm_count);
-}
-
-int64_t tiles_for(int64_t M, int64_t N) {
-  const int64_t tokens = M > kMaxNarrowTokens ? kWideTileTokens : kTileTokens;
-  return ((N + kTileRows - 1) / kTileRows) * ((M + tokens - 1) / tokens);
 }
 
 struct LaunchArgs {
@@ -75,11 +51,9 @@ struct LaunchArgs {
   int splits;
 };
 
-template <class Element, int Tokens>
+template <class Element>
 int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Kernel = typename SplitKGemm<Element, Tokens>::Kernel;
-  // 64-token tiles: a tile's units wait for each other, so every CTA must be resident.
-  constexpr bool kCooperative = Tokens == kWideTileTokens;
+  using Kernel = typename SplitKGemm<Element>::Kernel;
   auto make_arguments = [device, sm_count](LaunchArgs const& a) {
     typename Kernel::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -104,14 +78,7 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
     args.hw_info.sm_count = sm_count;
     return args;
   };
-  return sm90_launcher::status_of(
-      sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs, kCooperative>::run(a, device, stream, make_arguments));
-}
-
-template <class Element>
-int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  if (a.M > kMaxNarrowTokens) return run<Element, kWideTileTokens>(a, device, sm_count, stream);
-  return run<Element, kTileTokens>(a, device, sm_count, stream);
+  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs>::run(a, device, stream, make_arguments));
 }
 
 }  // namespace linear_swapab
@@ -120,7 +87,7 @@ extern "C" int64_t geglu_linear_swapab_sm90_workspace_bytes(int64_t M, int64_t K
   int device = 0;
   sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr || M < 0 || K < 1 || N < 1) return 0;
-  return linear_swapab::partials_bytes(linear_swapab::splits_for(M, K, N, info->sm_count), M, N);
+  return linear_swapab::partials_bytes(linear_swapab::choose_splits(M, K, N, info->sm_count), M, N);
 }
 
 extern "C" int geglu_linear_swapab_sm90(const void* x, int64_t M, int64_t K, int64_t ldx, const void* w, int64_t ldw,
@@ -142,12 +109,12 @@ extern "C" int geglu_linear_swapab_sm90(const void* x, int64_t M, int64_t K, int
   int device = 0;
   sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
-  const int splits = linear_swapab::splits_for(M, K, N, info->sm_count);
+  const int splits = linear_swapab::choose_splits(M, K, N, info->sm_count);
   if (workspace_bytes < linear_swapab::partials_bytes(splits, M, N)) return GEGLU_SM90_ERR_SHAPE;
-  const int64_t tiles = linear_swapab::tiles_for(M, N);
+  const int64_t tiles = ((N + linear_swapab::kTileRows - 1) / linear_swapab::kTileRows) *
+                        ((M + linear_swapab::kTileTokens - 1) / linear_swapab::kTileTokens);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  // An arrival counter per tile; the 64-token tiles' epilogue also counts departures.
-  int* counters = tile_counters::get(device, s, 2 * tiles);
+  int* counters = tile_counters::get(device, s, tiles);
   if (counters == nullptr) return GEGLU_SM90_ERR_CUDA;
   linear_swapab::LaunchArgs a;  // the params-cache key: zeroed, padding included
   std::memset(&a, 0, sizeof a);

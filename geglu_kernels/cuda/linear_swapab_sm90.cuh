@@ -16,21 +16,15 @@
 //   not divide K). The weights are loaded evict-first: read once, they would push the
 //   partial sums out of L2 before the last unit reads them (Gemma-7B, 16 tokens: 43.0
 //   against 47.4 us with the default policy).
-// - Pingpong schedule, persistent over (row tiles x token tiles x S) work units, two tiles:
-//   - up to 32 tokens, 128 x 16 x 64; S is picked per shape so that the units fill the SMs
-//     evenly (choose_splits);
-//   - 33 tokens and up, 128 x 64 x 64, so that each weight tile reaches shared memory once
-//     (16-token tiles at 64 tokens read it 4 times); every unit in one wave
-//     (choose_wide_splits).
-// - Epilogue, register level: each unit writes its float32 sums to the caller's workspace
-//   [S][M][N] and counts itself in its tile's arrival counter; the S partials are added in
-//   split order (the same sum on every call, whichever unit is last), with the bias and
-//   the residual, rounded once, and the counter is set back to 0:
-//   - SplitKEpilogue (16-token tiles): the unit that arrives last sums the tile. A second
-//     kernel for that sum cost ~3 us of Gemma-7B's ~41 (the launch gap: the GEMM holds
-//     every SM's registers to its end).
-//   - SplitKSlicedEpilogue (64-token tiles): the tile's units wait for each other (a
-//     cooperative launch), then each sums a slice: one unit alone would sum 4x the floats.
+// - Pingpong schedule, 128 x 16 x 64 tile, persistent over (row tiles x token tiles x S)
+//   work units; S is picked per shape so that the units fill the SMs evenly
+//   (choose_splits).
+// - Epilogue (SplitKEpilogue), register level: each unit writes its float32 sums to the
+//   caller's workspace [S][M][N] and counts itself in its tile's arrival counter; the
+//   unit that arrives last adds the S partials in split order (the same sum on every
+//   call, whichever unit is last), the bias and the residual, rounds once, writes the
+//   output and sets the counter back to 0. A second kernel for that sum cost ~3 us of
+//   Gemma-7B's ~41 (the launch gap: the GEMM holds every SM's registers to its end).
 // Measured against cuBLAS's addmm and the decode linear (tools/sm90_gemm/
 // check_linear_swapab.py): docs/DESIGN.md, "The split-K swap-AB down projection".
 
@@ -53,7 +47,6 @@ namespace linear_swapab {
 using namespace cute;
 
 constexpr int kTileRows = 128, kTileTokens = 16, kTileK = 64;
-constexpr int kWideTileTokens = 64;  // 33 tokens and up: SplitKSlicedEpilogue
 constexpr int kMaxSplits = 32;
 
 // Mainloop: the stock one, A = W [N, K] and B = x [M, K] read whole (one TMA descriptor
@@ -174,15 +167,12 @@ struct SplitKMainloop : Base {
 // The row stride of the partial sums: N rounded up to 4 floats (16-byte loads).
 CUTLASS_HOST_DEVICE int partial_stride(int N) { return (N + 3) / 4 * 4; }
 
-// Epilogues, register level: each unit writes its float32 sums to workspace[l][token][row]
-// and counts itself in its tile's arrival counter; then the splits' sums are added in
-// split order (the same sum on every call), with the bias and the residual, rounded once:
-// - SplitKEpilogue (16-token tiles): by the unit that arrives last, alone;
-// - SplitKSlicedEpilogue (64-token tiles): by all S units of the tile, each a slice.
+// Epilogue, register level: the unit's float32 sums to workspace[l][token][row]; the last
+// unit of a tile to arrive reduces the tile (see the top).
 template <class Element>
 struct SplitKArguments {
   float* partials = nullptr;  // [S][M][partial_stride(N)]
-  int* counters = nullptr;    // one per output tile (two for SplitKSlicedEpilogue), 0 between calls
+  int* counters = nullptr;    // one per output tile, 0 between calls
   Element const* bias = nullptr;
   Element const* residual = nullptr;
   int64_t ldr = 0;
@@ -190,99 +180,12 @@ struct SplitKArguments {
   int64_t ldo = 0;
 };
 
-// What both epilogues share: the unit's coordinates, its partial sums' store, the arrival
-// and the final write of four rows of one token.
-template <class Element_, int Tokens>
-class SplitKEpilogueBase : public sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
-                                                                 cute::Stride<cute::Int<1>, int64_t, int64_t>> {
+template <class Element_>
+class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
+                                                             cute::Stride<cute::Int<1>, int64_t, int64_t>> {
   using Base = sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
                                                cute::Stride<cute::Int<1>, int64_t, int64_t>>;
-
- public:
-  using Element = Element_;
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-  CUTLASS_HOST_DEVICE SplitKEpilogueBase(Params const& params_) : Base(params_) {}
-
- protected:
   using Base::params;
-  static constexpr int kThreads = 128;  // the consumer warpgroup that owns the tile
-
-  struct Unit {
-    int N, M, S, m_tile, n_tile, r0, t0, ldp;
-    int64_t MN, l;
-  };
-
-  template <class ProblemShapeMNKL, class BlockCoordMNKL>
-  CUTLASS_DEVICE static Unit unit_of(ProblemShapeMNKL const& problem_shape_mnkl, BlockCoordMNKL const& blk_coord_mnkl) {
-    Unit u;
-    u.N = int(get<0>(problem_shape_mnkl));
-    u.M = int(get<1>(problem_shape_mnkl));
-    u.S = int(get<3>(problem_shape_mnkl));
-    u.m_tile = int(get<0>(blk_coord_mnkl)), u.n_tile = int(get<1>(blk_coord_mnkl));
-    u.r0 = u.m_tile * kTileRows, u.t0 = u.n_tile * Tokens;
-    u.ldp = partial_stride(u.N);
-    u.MN = int64_t(u.M) * u.ldp;
-    u.l = int64_t(get<3>(blk_coord_mnkl));
-    return u;
-  }
-
-  // This unit's partial sums, from the accumulator's fragment.
-  template <class FrgEngine, class FrgLayout, class TiledMma>
-  CUTLASS_DEVICE void store_partials(Unit const& u, cute::Tensor<FrgEngine, FrgLayout> const& acc,
-                                     TiledMma tiled_mma, int thread_idx) const {
-    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
-    Tensor cT = make_identity_tensor(make_shape(Int<kTileRows>{}, Int<Tokens>{}));
-    Tensor tC = thr_mma.partition_C(cT);
-    static_assert(decltype(size(tC))::value == decltype(size(acc))::value, "one coordinate per accumulator");
-    float* __restrict__ mine = params.partials + u.l * u.MN;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); ++i) {
-      const int r = u.r0 + int(get<0>(tC(i)));
-      const int t = u.t0 + int(get<1>(tC(i)));
-      if (r < u.N && t < u.M) mine[int64_t(t) * u.ldp + r] = acc(i);
-    }
-  }
-
-  // The warpgroup's named barrier (one per warpgroup).
-  CUTLASS_DEVICE static uint32_t barrier_id() {
-    return uint32_t(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) + uint32_t(threadIdx.x / kThreads) % 4;
-  }
-
-  // Counts the unit in *counter after the warpgroup's partial sums (the pattern of
-  // CUTLASS's split-K semaphore, no full fence): the warpgroup's barrier orders its stores
-  // before thread 0's release-acquire increment, which orders the other units' stores
-  // before this unit's later loads. Thread 0 gets how many had arrived before it.
-  CUTLASS_DEVICE static int arrive(int* counter, int thread_idx) {
-    cutlass::arch::NamedBarrier::sync(kThreads, barrier_id());
-    int arrived = 0;
-    if (thread_idx == 0) {
-      asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(counter) : "memory");
-    }
-    return arrived;
-  }
-
-  // out[row, r .. r + 3] = sum + bias + residual, rounded once (rows past N skipped).
-  CUTLASS_DEVICE void write_out(int64_t row, int r, int N, float4 const& sum) const {
-    const float y[4] = {sum.x, sum.y, sum.z, sum.w};
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      if (r + i < N) {
-        float o = y[i];
-        if (params.bias != nullptr) o += float(params.bias[r + i]);
-        if (params.residual != nullptr) o += float(params.residual[row * params.ldr + r + i]);
-        params.out[row * params.ldo + r + i] = Element(o);
-      }
-    }
-  }
-};
-
-// 16-token tiles: the unit that arrives last reduces the tile.
-template <class Element_>
-class SplitKEpilogue : public SplitKEpilogueBase<Element_, kTileTokens> {
-  using Base = SplitKEpilogueBase<Element_, kTileTokens>;
-  using Base::params;
-  using Base::kThreads;
 
  public:
   using Element = Element_;
@@ -295,22 +198,49 @@ class SplitKEpilogue : public SplitKEpilogueBase<Element_, kTileTokens> {
   CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
                                  cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
                                  int thread_idx, char*) {
+    constexpr int kThreads = 128;  // the consumer warpgroup that owns the tile
     static_assert(kTileRows == 4 * 32 && kTileTokens == 4 * (kThreads / 32), "the reduction's thread map");
-    const auto u = Base::unit_of(problem_shape_mnkl, blk_coord_mnkl);
-    const int N = u.N, M = u.M, S = u.S, r0 = u.r0, t0 = u.t0, ldp = u.ldp;
-    const int64_t MN = u.MN;
+    const int N = int(get<0>(problem_shape_mnkl));
+    const int M = int(get<1>(problem_shape_mnkl));
+    const int S = int(get<3>(problem_shape_mnkl));
+    const int m_tile = int(get<0>(blk_coord_mnkl)), n_tile = int(get<1>(blk_coord_mnkl));
+    const int r0 = m_tile * kTileRows, t0 = n_tile * kTileTokens;
+    const int ldp = partial_stride(N);
+    const int64_t MN = int64_t(M) * ldp;
+    const int64_t l = int64_t(get<3>(blk_coord_mnkl));
 
-    // 1. This unit's partial sums; 2. its arrival. The warpgroup learns from thread 0
-    //    whether it came last.
-    this->store_partials(u, acc, tiled_mma, thread_idx);
-    int* counter = params.counters + int64_t(u.n_tile) * ((N + kTileRows - 1) / kTileRows) + u.m_tile;
-    const int before = Base::arrive(counter, thread_idx);
-    uint32_t last = thread_idx == 0 && before == S - 1;
+    // 1. This unit's partial sums.
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor cT = make_identity_tensor(make_shape(Int<kTileRows>{}, Int<kTileTokens>{}));
+    Tensor tC = thr_mma.partition_C(cT);
+    static_assert(decltype(size(tC))::value == decltype(size(acc))::value, "one coordinate per accumulator");
+    float* __restrict__ mine = params.partials + l * MN;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); ++i) {
+      const int r = r0 + int(get<0>(tC(i)));
+      const int t = t0 + int(get<1>(tC(i)));
+      if (r < N && t < M) mine[int64_t(t) * ldp + r] = acc(i);
+    }
+
+    // 2. Arrive (the pattern of CUTLASS's split-K semaphore, no full fence): the warpgroup's
+    //    barrier orders its stores before thread 0's release-acquire increment, which
+    //    orders the other units' stores before this unit's loads; the warpgroup learns
+    //    from thread 0 whether it came last.
+    const uint32_t barrier_id = uint32_t(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) +
+                                uint32_t(threadIdx.x / kThreads) % 4;  // one per warpgroup
+    cutlass::arch::NamedBarrier::sync(kThreads, barrier_id);
+    int* counter = params.counters + int64_t(n_tile) * ((N + kTileRows - 1) / kTileRows) + m_tile;
+    uint32_t last = 0;
+    if (thread_idx == 0) {
+      int arrived;
+      asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(counter) : "memory");
+      last = arrived == S - 1;
+    }
     asm volatile(
         "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.red.or.pred q, %2, %3, p;\n"
         " selp.u32 %0, 1, 0, q;\n}\n"
         : "=r"(last)
-        : "r"(last), "r"(Base::barrier_id()), "r"(kThreads)
+        : "r"(last), "r"(barrier_id), "r"(kThreads)
         : "memory");
     if (!last) return;
 
@@ -348,128 +278,38 @@ class SplitKEpilogue : public SplitKEpilogueBase<Element_, kTileTokens> {
         }
       }
     }
+    float bias[4] = {0.f, 0.f, 0.f, 0.f};
+    if (params.bias != nullptr) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < 4; ++i) bias[i] = r + i < N ? float(params.bias[r + i]) : 0.f;
+    }
     CUTLASS_PRAGMA_UNROLL
     for (int t = 0; t < 4; ++t) {
-      if (t < tokens) this->write_out(t0 + tq + t, r, N, sum[t]);
-    }
-  }
-};
-
-// 64-token tiles: a tile's splits wait for each other, then each reduces a slice of it.
-// With one unit doing it, the tile's 4x larger sum (128 x 64 floats per split) took
-// Gemma-2B's down projection from 24 to 37 us (docs/DESIGN.md, "A 64-token tile for 33-64
-// tokens"). The wait needs every unit of a tile resident at once: the launch is
-// cooperative and choose_wide_splits keeps a tile's S > 1 units in one wave (tiles x S <=
-// the grid; with S == 1 no unit waits).
-template <class Element_>
-class SplitKSlicedEpilogue : public SplitKEpilogueBase<Element_, kWideTileTokens> {
-  using Base = SplitKEpilogueBase<Element_, kWideTileTokens>;
-  using Base::params;
-  using Base::kThreads;
-
- public:
-  using Element = Element_;
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-  CUTLASS_HOST_DEVICE SplitKSlicedEpilogue(Params const& params_, SharedStorage const& = SharedStorage())
-      : Base(params_) {}
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
-                                 int thread_idx, char*) {
-    const auto u = Base::unit_of(problem_shape_mnkl, blk_coord_mnkl);
-    const int S = u.S;
-    const int row_tiles = (u.N + kTileRows - 1) / kTileRows;
-    const int tiles = row_tiles * ((u.M + kWideTileTokens - 1) / kWideTileTokens);
-    int* arrived = params.counters + int64_t(u.n_tile) * row_tiles + u.m_tile;
-    int* departed = arrived + tiles;
-
-    // 1. This unit's partial sums; 2. its arrival, and the wait for the tile's other splits.
-    this->store_partials(u, acc, tiled_mma, thread_idx);
-    const int before = Base::arrive(arrived, thread_idx);
-    if (thread_idx == 0 && before != S - 1) {
-      int count;
-      do {
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(count) : "l"(arrived) : "memory");
-      } while (count < S);
-    }
-    cutlass::arch::NamedBarrier::sync(kThreads, Base::barrier_id());
-
-    // 3. This split's slice of the tile's (token, 4 rows) items, consecutive threads on
-    //    consecutive rows (16-byte loads through L2, where the partials are), two items and
-    //    kBatch splits in flight per thread.
-    constexpr int kQuads = kTileRows / 4;
-    const int items = min(kWideTileTokens, u.M - u.t0) * kQuads;
-    const int end = int((u.l + 1) * items / S);
-    for (int i = int(u.l * items / S) + thread_idx; i < end; i += 2 * kThreads) {
-      reduce_items(u, i, i + kThreads < end ? i + kThreads : -1);
-    }
-
-    // 4. The last unit past its wait sets both counters back to 0 for the next call (which
-    //    runs after this kernel).
-    if (thread_idx == 0) {
-      if (atomicAdd(departed, 1) == S - 1) *arrived = 0, *departed = 0;
-    }
-  }
-
- private:
-  // Items a and b (b < 0: none): the sum over the splits of 4 rows of one token each.
-  CUTLASS_DEVICE void reduce_items(typename Base::Unit const& u, int a, int b) const {
-    constexpr int kQuads = kTileRows / 4, kBatch = 8;
-    const int item[2] = {a, b};
-    int64_t row[2];
-    int r[2];
-    bool live[2];
-    CUTLASS_PRAGMA_UNROLL
-    for (int k = 0; k < 2; ++k) {
-      row[k] = u.t0 + item[k] / kQuads;
-      r[k] = u.r0 + 4 * (item[k] % kQuads);
-      live[k] = item[k] >= 0 && r[k] < u.N;
-    }
-    float4 sum[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
-    for (int l0 = 0; l0 < u.S; l0 += kBatch) {
-      float4 v[2][kBatch];
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kBatch; ++j) {
+      if (t < tokens) {
+        const int64_t row = t0 + tq + t;
+        const float y[4] = {sum[t].x, sum[t].y, sum[t].z, sum[t].w};
         CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < 2; ++k) {
-          if (live[k] && l0 + j < u.S) {
-            v[k][j] = __ldcg(reinterpret_cast<const float4*>(params.partials + (l0 + j) * u.MN + row[k] * u.ldp + r[k]));
-          }
-        }
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kBatch; ++j) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < 2; ++k) {
-          if (live[k] && l0 + j < u.S) {
-            sum[k].x += v[k][j].x, sum[k].y += v[k][j].y, sum[k].z += v[k][j].z, sum[k].w += v[k][j].w;
+        for (int i = 0; i < 4; ++i) {
+          if (r + i < N) {
+            float o = y[i] + bias[i];
+            if (params.residual != nullptr) o += float(params.residual[row * params.ldr + r + i]);
+            params.out[row * params.ldo + r + i] = Element(o);
           }
         }
       }
     }
-    CUTLASS_PRAGMA_UNROLL
-    for (int k = 0; k < 2; ++k) {
-      if (live[k]) this->write_out(row[k], r[k], u.N, sum[k]);
-    }
   }
 };
 
-// The kernel for a tile of Tokens tokens: kTileTokens (up to 32 tokens, and the decode
-// MLP's one kernel) or kWideTileTokens (33 tokens and up).
-template <class Element, int Tokens = kTileTokens>
+template <class Element>
 struct SplitKGemm {
-  static_assert(Tokens == kTileTokens || Tokens == kWideTileTokens, "a tile the epilogues and the splits know");
-  using Epilogue =
-      cute::conditional_t<Tokens == kTileTokens, SplitKEpilogue<Element>, SplitKSlicedEpilogue<Element>>;
+  static_assert(cute::is_same_v<swapab_collective::TileShape, Shape<Int<kTileRows>, Int<kTileTokens>, Int<kTileK>>>,
+                "the epilogue's thread map and choose_splits assume the collective's tile");
+  using Epilogue = SplitKEpilogue<Element>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   // A = W [N, K], B = x [M, K].
   using MainloopBase = swapab_collective::Mainloop<
-      Element, static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage)), Tokens>;
-  static_assert(cute::is_same_v<typename MainloopBase::TileShape, Shape<Int<kTileRows>, Int<Tokens>, Int<kTileK>>>,
-                "the epilogues and the splits assume the collective's tile");
+      Element, static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>;
   using Mainloop = SplitKMainloop<MainloopBase>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
                                                       cutlass::gemm::PersistentScheduler>;

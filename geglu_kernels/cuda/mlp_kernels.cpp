@@ -156,8 +156,6 @@ constexpr int64_t kMaxInt32 = (int64_t(1) << 31) - 1;  // the engine's int32 pro
 constexpr int64_t kDecodeTokens = 4;
 static_assert(kDecodeTokens <= GEGLU_DECODE_LINEAR_MAX_M);
 constexpr int64_t kSwapAbTokens = 32;
-// The split-K down projection's tokens: 16-token tiles up to 32, one 64-token tile above.
-constexpr int64_t kSplitKTokens = 64;
 // The split-K down projection's smallest weight (N x K elements): below, its fixed cost
 // (the last unit of each tile sums the splits) lost to cuBLAS's addmm (see the top).
 constexpr int64_t kSplitKMinWeightBytes = int64_t(48) << 20;
@@ -214,7 +212,7 @@ int64_t weight_bytes(const Tensor &w) { return w.size(0) * w.size(1) * static_ca
 // aligned 16-byte rows in bf16/fp16 at all (the caller's checks): sizes, layouts.
 bool down_serves(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
   const int64_t n = w_down.size(0);
-  if (m < 1 || m > kSplitKTokens || k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return false;
+  if (m < 1 || m > kSwapAbTokens || k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return false;
   if (b_down.has_value() && !b_down->is_contiguous()) return false;
   // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
   if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return false;
@@ -251,28 +249,22 @@ int64_t down_workspace_elems(Down kind, int64_t m, int64_t k, int64_t n, const T
 }
 
 // The down projection into out ([m, N], row stride N) on `like`'s device and stream;
-// workspace: down_workspace_elems elements, 16-byte aligned. Returns the kernel's status
-// (refused_cooperative: the split-K kernel's 64-token tiles at 33-64 tokens).
-int launch_down(Down kind, const Tensor &like, const void *h, int64_t m, int64_t k, int64_t ldh,
+// workspace: down_workspace_elems elements, 16-byte aligned.
+void launch_down(Down kind, const Tensor &like, const void *h, int64_t m, int64_t k, int64_t ldh,
                  const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual, void *out,
                  void *workspace, int64_t workspace_elems) {
   const int64_t n = w_down.size(0), ldr = residual.has_value() ? residual->stride(0) : 0;
   if (kind == Down::kDecodeLinear) {
-    return geglu_decode_sm90_linear(h, m, k, ldh, w_down.data_ptr(), w_down.stride(0), ptr_or_null(b_down),
-                                    ptr_or_null(residual), ldr, out, n, n, sm90_dtype(like),
-                                    geglu_cuda::current_stream(like));
+    check_status("_geglu_mlp", geglu_decode_sm90_linear(h, m, k, ldh, w_down.data_ptr(), w_down.stride(0),
+                                                        ptr_or_null(b_down), ptr_or_null(residual), ldr, out, n, n,
+                                                        sm90_dtype(like), geglu_cuda::current_stream(like)));
+    return;
   }
-  return geglu_linear_swapab_sm90(h, m, k, ldh, w_down.data_ptr(), w_down.stride(0), ptr_or_null(b_down),
-                                  ptr_or_null(residual), ldr, out, n, n, workspace,
-                                  workspace_elems * static_cast<int64_t>(like.element_size()), sm90_dtype(like),
-                                  geglu_cuda::current_stream(like));
-}
-
-// Whether a launcher's status says CUDA refused a cooperative grid, having launched
-// nothing (MPS or green contexts may leave fewer SMs than its CTAs): the caller runs
-// another route.
-bool refused_cooperative(int status) {
-  return status == GEGLU_SM90_ERR_CUDA && geglu_gemm_sm90_last_cuda_error() == cudaErrorCooperativeLaunchTooLarge;
+  check_status("_geglu_mlp",
+               geglu_linear_swapab_sm90(h, m, k, ldh, w_down.data_ptr(), w_down.stride(0), ptr_or_null(b_down),
+                                        ptr_or_null(residual), ldr, out, n, n, workspace,
+                                        workspace_elems * static_cast<int64_t>(like.element_size()),
+                                        sm90_dtype(like), geglu_cuda::current_stream(like)));
 }
 
 // elems elements of `like`'s dtype rounded up to whole 16-byte words: where what follows
@@ -302,7 +294,9 @@ OptTensor launch_mlp_one_kernel(const Tensor &x, const Tensor &w_gate, const Ten
       ptr_or_null(b_up), w_down.data_ptr(), w_down.stride(0), ptr_or_null(b_down), ptr_or_null(residual),
       residual.has_value() ? residual->stride(0) : 0, base + y_elems * elem, hidden, hidden, y.data_ptr(), d,
       base + (y_elems + h_elems) * elem, ws_elems * elem, sm90_dtype(x), tanh, geglu_cuda::current_stream(x));
-  if (refused_cooperative(status)) return std::nullopt;
+  if (status == GEGLU_SM90_ERR_CUDA && geglu_gemm_sm90_last_cuda_error() == cudaErrorCooperativeLaunchTooLarge) {
+    return std::nullopt;
+  }
   check_status("_geglu_mlp", status);
   return y;
 }
@@ -329,10 +323,8 @@ OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_d
   const int64_t shape[2] = {m, n};
   Tensor y = device::contiguous_view(buffer, IntArrayRef(shape, 2));
   char *base = static_cast<char *>(buffer.data_ptr());
-  const int status = launch_down(kind, h, h.data_ptr(), m, k, h.stride(0), w_down, b_down, residual, y.data_ptr(),
-                                 base + y_elems * buffer.element_size(), ws_elems);
-  if (refused_cooperative(status)) return std::nullopt;  // torch's GEMM
-  check_status("_geglu_mlp", status);
+  launch_down(kind, h, h.data_ptr(), m, k, h.stride(0), w_down, b_down, residual, y.data_ptr(),
+              base + y_elems * buffer.element_size(), ws_elems);
   return y;
 }
 
@@ -360,9 +352,7 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
   void *h = base + y_elems * buffer.element_size();
   void *workspace = base + (y_elems + m * hidden) * buffer.element_size();
   launch_swapab_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, h, hidden, tanh);
-  // At up to 32 tokens the down kernels' launches are not cooperative.
-  check_status("_geglu_mlp",
-               launch_down(kind, x, h, m, hidden, hidden, w_down, b_down, residual, y.data_ptr(), workspace, ws_elems));
+  launch_down(kind, x, h, m, hidden, hidden, w_down, b_down, residual, y.data_ptr(), workspace, ws_elems);
   return y;
 }
 
