@@ -1,0 +1,79 @@
+"""Each kernel of one Gemma MLP layer call, replayed from a CUDA graph, on the GPU's own
+clock: start and end relative to the call's first kernel, and the gap (negative: overlap)
+after the kernel before it; and the layer's weight bytes over its kernels' span (first
+start to last end) as a fraction of the 1 GiB copy bandwidth measured in the same run
+(decode_mlp.py's floor). Shows what a layer's time is made of beyond its kernels'
+durations: the gaps between its kernels, and, against decode_mlp.py's graph rows (one
+call per graph, replayed back to back), the graph launch's own cost per replay, which a
+model's decode step (every layer in one graph) pays once per step rather than per layer.
+
+    python benchmarks/kernel_timeline.py [--size gemma-2b] [--tokens 64] [--build-b DIR]
+
+Rows: decode_mlp.py's (eager, geglu, geglu [B] with --build-b, liger, cublas); each call
+replayed 10 times under torch.profiler (CUPTI kernel records), the median per kernel
+reported. The cublas row computes no activation (decode_mlp.py).
+"""
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_mlp import SIZES, copy_bandwidth, graphed, rows_for  # noqa: E402
+
+REPLAYS = 10
+
+
+def timeline(replay):
+    """[(name, start_us, end_us)] per replay, relative to each replay's first kernel."""
+    for _ in range(3):
+        replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(REPLAYS):
+            replay()
+            torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA" and not e.name.startswith("Memcpy")),
+                     key=lambda e: e.time_range.start)
+    per_call = len(kernels) // REPLAYS
+    calls = [kernels[i * per_call:(i + 1) * per_call] for i in range(REPLAYS)]
+    rows = []
+    for j in range(per_call):
+        starts = [c[j].time_range.start - c[0].time_range.start for c in calls]
+        ends = [c[j].time_range.end - c[0].time_range.start for c in calls]
+        rows.append((calls[0][j].name, statistics.median(starts), statistics.median(ends)))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="gemma-2b", choices=sorted(SIZES))
+    ap.add_argument("--tokens", default="64")
+    ap.add_argument("--build-b", type=Path)
+    args = ap.parse_args(argv)
+    bandwidth = copy_bandwidth()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, 1 GiB copy {bandwidth / 1e12:.2f} TB/s",
+          flush=True)
+    dim, hidden = SIZES[args.size]
+    weight_bytes = 3 * dim * hidden * 2
+    with torch.inference_mode():
+        for tokens in (int(t) for t in args.tokens.split(",")):
+            for name, call in rows_for(dim, hidden, tokens, args.build_b).items():
+                rows = timeline(graphed(call))
+                span = rows[-1][2]
+                print(f"{args.size} {tokens} tokens, {name}: {span:.1f} us first start to last end, "
+                      f"{weight_bytes / (span * 1e-6) / bandwidth:.1%} of the copy bandwidth for the weights")
+                prev_end = None
+                for kname, start, end in rows:
+                    gap = "" if prev_end is None else f"gap {start - prev_end:+6.1f}"
+                    print(f"    {start:7.1f} {end:7.1f}  {end - start:6.1f} us  {gap:11s} {kname[:90]}")
+                    prev_end = end
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
