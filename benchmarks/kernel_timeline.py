@@ -40,6 +40,7 @@ def timeline(replay):
     kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA" and not e.name.startswith("Memcpy")),
                      key=lambda e: e.time_range.start)
     per_call = len(kernels) // REPLAYS
+    assert per_call and len(kernels) == per_call * REPLAYS, f"{len(kernels)} kernels in {REPLAYS} replays"
     calls = [kernels[i * per_call:(i + 1) * per_call] for i in range(REPLAYS)]
     rows = []
     for j in range(per_call):
