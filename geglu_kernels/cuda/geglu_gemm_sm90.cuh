@@ -39,9 +39,8 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "gelu_math.cuh"
-#include "grid_dependency.cuh"
 #include "register_epilogue.cuh"
+#include "gelu_math.cuh"
 
 namespace geglu_sm90 {
 
@@ -176,7 +175,6 @@ struct GegluMainloopSm90 : Base {
                            int thread_idx, uint32_t block_rank_in_cluster,
                            TensorStorage& shared_tensors) {
     (void)thread_idx;
-    grid_dependency::launch_dependents();  // the down projection's CTAs may take SMs as they free up
     int lane_predicate = cute::elect_one_sync();
     if (!lane_predicate) return;
 
@@ -242,7 +240,6 @@ struct GegluMainloopSm90 : Base {
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors,
                           Params const& p) {
-    grid_dependency::launch_dependents();  // every thread of the CTA, whichever way it counts
     Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
               static_cast<typename Base::Params const&>(p));
   }

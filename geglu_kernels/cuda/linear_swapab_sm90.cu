@@ -78,11 +78,7 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
     args.hw_info.sm_count = sm_count;
     return args;
   };
-  // Programmatic (grid_dependency.cuh): the weights of its first stages stream in while
-  // the kernel that writes x (the engine's gate/up) finishes.
-  return sm90_launcher::status_of(
-      sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs, /*Cooperative=*/false, /*Programmatic=*/true>::run(
-          a, device, stream, make_arguments));
+  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs>::run(a, device, stream, make_arguments));
 }
 
 }  // namespace linear_swapab

@@ -39,7 +39,6 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "grid_dependency.cuh"
 #include "register_epilogue.cuh"
 #include "swapab_collective.cuh"
 
@@ -150,34 +149,17 @@ struct SplitKMainloop : Base {
     Tensor tAsA = block_tma_a.partition_D(sA);
     Tensor tBgB = block_tma_b.partition_S(gB);
     Tensor tBsB = block_tma_b.partition_D(sB);
-    using BarrierType = typename MainloopPipeline::ProducerBarrierType;
-    auto copy_a = [&](PipelineState const& state, int k) {
-      BarrierType* bar = pipeline.producer_get_barrier(state);
-      copy(p.tma_load_a.with(*bar, 0, TMA::CacheHintSm90::EVICT_FIRST), tAgA(_, _, _, k), tAsA(_, _, _, state.index()));
-    };
-    auto copy_b = [&](PipelineState const& state, int k) {
-      BarrierType* bar = pipeline.producer_get_barrier(state);
-      copy(p.tma_load_b.with(*bar, 0), tBgB(_, _, _, k), tBsB(_, _, _, state.index()));
-    };
-    // The first stages' weights before waiting for the kernel that writes x (the launch is
-    // programmatic: grid_dependency.cuh), their tokens after; then both, stage by stage.
-    // Each stage's barrier expects both copies' bytes from its acquire on.
-    const int prefetch = k_tile_count < Base::DispatchPolicy::Stages ? k_tile_count : Base::DispatchPolicy::Stages;
-    PipelineState x_write = smem_pipe_write;
-    auto x_k = k_tile_iter;
     CUTLASS_PRAGMA_NO_UNROLL
-    for (int i = 0; i < prefetch; ++i, ++k_tile_iter, ++smem_pipe_write) {
+    for (; k_tile_count > 0; --k_tile_count) {
       pipeline.producer_acquire(smem_pipe_write);
-      copy_a(smem_pipe_write, *k_tile_iter);
-    }
-    grid_dependency::wait();
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (int i = 0; i < prefetch; ++i, ++x_k, ++x_write) copy_b(x_write, *x_k);
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (int i = prefetch; i < k_tile_count; ++i, ++k_tile_iter, ++smem_pipe_write) {
-      pipeline.producer_acquire(smem_pipe_write);
-      copy_a(smem_pipe_write, *k_tile_iter);
-      copy_b(smem_pipe_write, *k_tile_iter);
+      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
+      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
+      int stage = smem_pipe_write.index();
+      int k = *k_tile_iter;
+      copy(p.tma_load_a.with(*tma_barrier, 0, TMA::CacheHintSm90::EVICT_FIRST), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+      copy(p.tma_load_b.with(*tma_barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+      ++k_tile_iter;
+      ++smem_pipe_write;
     }
   }
 };

@@ -156,9 +156,6 @@ constexpr int64_t kMaxInt32 = (int64_t(1) << 31) - 1;  // the engine's int32 pro
 constexpr int64_t kDecodeTokens = 4;
 static_assert(kDecodeTokens <= GEGLU_DECODE_LINEAR_MAX_M);
 constexpr int64_t kSwapAbTokens = 32;
-// The split-K down projection's tokens (16-token tiles): up to 32 after the swap-AB
-// gate/up, 33-64 after the engine's, whose CTAs let it start early (grid_dependency.cuh).
-constexpr int64_t kSplitKTokens = 64;
 // The split-K down projection's smallest weight (N x K elements): below, its fixed cost
 // (the last unit of each tile sums the splits) lost to cuBLAS's addmm (see the top).
 constexpr int64_t kSplitKMinWeightBytes = int64_t(48) << 20;
@@ -215,7 +212,7 @@ int64_t weight_bytes(const Tensor &w) { return w.size(0) * w.size(1) * static_ca
 // aligned 16-byte rows in bf16/fp16 at all (the caller's checks): sizes, layouts.
 bool down_serves(int64_t m, int64_t k, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
   const int64_t n = w_down.size(0);
-  if (m < 1 || m > kSplitKTokens || k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return false;
+  if (m < 1 || m > kSwapAbTokens || k < 1 || k > kMaxInt32 || n < 1 || n > kMaxInt32) return false;
   if (b_down.has_value() && !b_down->is_contiguous()) return false;
   // A residual broadcast along the tokens (row stride 0) or the columns: torch's addmm.
   if (residual.has_value() && (residual->stride(1) != 1 || residual->stride(0) < n)) return false;

@@ -78,13 +78,9 @@ namespace {
 // is called only on a cache miss. Kernels that need a workspace are rejected. A
 // Cooperative kernel (one whose CTAs wait on each other) is launched only with every
 // CTA resident at once: else CUDA refuses the launch (cudaErrorCooperativeLaunchTooLarge).
-// A Programmatic kernel is launched with programmatic stream serialization
-// (grid_dependency.cuh: it must wait before it reads what the kernel before it writes).
-template <class Kernel, int ClusterM, int ClusterN, class LaunchArgs, bool Cooperative = false,
-          bool Programmatic = false>
+template <class Kernel, int ClusterM, int ClusterN, class LaunchArgs, bool Cooperative = false>
 struct Runner {
   static_assert(!(Cooperative && ClusterM * ClusterN > 1), "a cooperative launch takes no cluster attribute here");
-  static_assert(!(Cooperative && Programmatic), "one launch attribute here");
   using Params = typename Kernel::Params;
   static constexpr int kCache = 8;
   struct Entry {
@@ -155,13 +151,6 @@ struct Runner {
     if constexpr (Cooperative) {
       attr[0].id = cudaLaunchAttributeCooperative;
       attr[0].val.cooperative = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-    }
-    if constexpr (Programmatic) {
-      static_assert(ClusterM * ClusterN == 1, "one launch attribute here");
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
     }
