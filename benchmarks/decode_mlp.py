@@ -3,6 +3,7 @@ replayed from a CUDA graph, against the weight-read floor.
 
     python benchmarks/decode_mlp.py [--sizes gemma-7b,gemma-2b] [--tokens 1,16,64] [--rounds 5]
     python benchmarks/decode_mlp.py --build-b DIR   # + row "geglu [B]": DIR/build's layer
+    python benchmarks/decode_mlp.py --no-compile    # without the torch.compile row
 
 Rows, each a Transformers GemmaMLP (bf16, inference mode) on the same input:
   eager     the module as Transformers runs it (three cuBLAS GEMMs, GELU, mul);
@@ -10,6 +11,8 @@ Rows, each a Transformers GemmaMLP (bf16, inference mode) on the same input:
   geglu [B] with --build-b, the same with another checkout's build/ (two builds in one
             process, interleaved: an A/B of a kernel change);
   liger     Liger's LigerGEGLUMLP forward on the same module (where importable);
+  compile   torch.compile of the module (default mode; inductor fuses the GELU and the
+            mul, cuBLAS runs the GEMMs), compiled for each shape before any timing;
   cublas    cuBLAS's GEMMs alone: the merged [2 * hidden, dim] gate/up GEMM, then the
             down GEMM on a fixed h (no activation): what the fused kernels replace.
 Modes:
@@ -77,7 +80,7 @@ def liger_forward(module):
     return m
 
 
-def rows_for(dim: int, hidden: int, tokens: int, build_b: "Path | None" = None):
+def rows_for(dim: int, hidden: int, tokens: int, build_b: "Path | None" = None, compile_row: bool = True):
     """{row: call()} on one input, each checked against eager first."""
     from transformers import GemmaConfig
     from transformers.models.gemma.modeling_gemma import GemmaMLP
@@ -94,6 +97,8 @@ def rows_for(dim: int, hidden: int, tokens: int, build_b: "Path | None" = None):
     lig = liger_forward(eager)
     if lig is not None:
         layers["liger"] = lig
+    if compile_row:
+        layers["compile"] = torch.compile(copy.deepcopy(eager), dynamic=False)
     calls = {name: (lambda m=m: m(x)) for name, m in layers.items()}
     w_gate_up = torch.cat([eager.gate_proj.weight, eager.up_proj.weight])
     h = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
@@ -117,6 +122,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="gemma-7b,gemma-2b")
     ap.add_argument("--tokens", default="1,16,64")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile row (its compiles "
+                    "take ~10-30 s per shape)")
     ap.add_argument("--build-b", type=Path, help="a directory holding another build/ (e.g. a kernel change's): "
                     "its kernelized layer is timed too, interleaved with this checkout's, as row 'geglu [B]'")
     args = ap.parse_args(argv)
@@ -131,7 +138,7 @@ def main(argv=None) -> int:
             dim, hidden = SIZES[size]
             floor_us = 3 * dim * hidden * 2 / bandwidth * 1e6
             for tokens in (int(t) for t in args.tokens.split(",")):
-                calls = rows_for(dim, hidden, tokens, args.build_b)
+                calls = rows_for(dim, hidden, tokens, args.build_b, not args.no_compile)
                 timed = {}
                 for name, call in calls.items():
                     for _ in range(3):  # warm (JIT, autotuning) before anything is timed

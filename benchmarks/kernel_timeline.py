@@ -9,7 +9,7 @@ model's decode step (every layer in one graph) pays once per step rather than pe
 
     python benchmarks/kernel_timeline.py [--size gemma-2b] [--tokens 64] [--build-b DIR]
 
-Rows: decode_mlp.py's (eager, geglu, geglu [B] with --build-b, liger, cublas); each call
+Rows: decode_mlp.py's (eager, geglu, geglu [B] with --build-b, liger, compile, cublas); each call
 replayed 10 times under torch.profiler (CUPTI kernel records), the median per kernel
 reported. The cublas row computes no activation (decode_mlp.py).
 """
