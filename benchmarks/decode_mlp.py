@@ -122,8 +122,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="gemma-7b,gemma-2b")
     ap.add_argument("--tokens", default="1,16,64")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile row (its compiles "
-                    "take ~10-30 s per shape)")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile row (it compiles "
+                    "the module once per shape: a few seconds each)")
     ap.add_argument("--build-b", type=Path, help="a directory holding another build/ (e.g. a kernel change's): "
                     "its kernelized layer is timed too, interleaved with this checkout's, as row 'geglu [B]'")
     args = ap.parse_args(argv)
