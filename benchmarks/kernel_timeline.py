@@ -33,7 +33,9 @@ def timeline(call, back_to_back: bool = False):
     """([(name, start_us, end_us)] per call, relative to each call's first kernel; the
     median us from one call's first kernel to the next one's, or None): REPLAYS calls,
     each followed by a sync, or with back_to_back all issued before one sync, as a
-    decode loop issues them (then the period is the GPU's time per call, gaps included)."""
+    decode loop issues them (then the period is the GPU's time per call, gaps included;
+    the profiler slows each launch on the host, so a host-bound row reads slower than
+    without it)."""
     for _ in range(3):
         call()
     torch.cuda.synchronize()
