@@ -1,5 +1,5 @@
 """Plain (eager) calls of the kernelized GemmaMLP layer at Gemma-2B widths, 64 and 16
-tokens: the GPU's time per call in bursts of 50 (decode_mlp.py's timed_burst) and the
+tokens: the GPU's time per call in bursts of decode_mlp.py's BURST calls (its timed_burst) and the
 host's time to issue and wait for them, on a fresh layer, after the call was captured
 into a CUDA graph, and interleaved with eager's bursts and graph replays as
 decode_mlp.py interleaves its rows; with the argument `cublas`, the same for cuBLAS's
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from decode_mlp import SIZES, graphed, rows_for, timed_burst  # noqa: E402
+from decode_mlp import BURST, SIZES, graphed, rows_for, timed_burst  # noqa: E402
 
 
 def host_and_gpu(call):
@@ -24,7 +24,7 @@ def host_and_gpu(call):
     torch.cuda.synchronize()
     t = time.perf_counter()
     gpu = timed_burst(call)
-    return round((time.perf_counter() - t) * 1e6 / 50, 1), round(gpu, 1)
+    return round((time.perf_counter() - t) * 1e6 / BURST, 1), round(gpu, 1)
 
 
 def main(name: str) -> None:
@@ -48,10 +48,10 @@ def main(name: str) -> None:
                 timed_burst(fn_graph)
             print(tokens, name, "interleaved as decode_mlp:", out)
             torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(10):
+            t, n = time.perf_counter(), 10
+            for _ in range(n):
                 fn()
-            print(tokens, name, "issue time of 10 calls, us/call:", round((time.perf_counter() - t) * 1e5, 1))
+            print(tokens, name, f"issue time of {n} calls, us/call:", round((time.perf_counter() - t) * 1e6 / n, 1))
             torch.cuda.synchronize()
 
 
