@@ -102,7 +102,7 @@ def geglu_kernel_config(local_path=None):
 def from_pretrained_with_geglu(checkpoint, device="cuda"):
     from transformers import AutoModelForCausalLM
 
-    # (Transformers 5.23's from_pretrained mishandles use_local_kernel=True configs:
+    # (Transformers 5.22's from_pretrained mishandles use_local_kernel=True configs:
     # load, then enable_geglu_kernels(model, local_path) for a local build.)
     return AutoModelForCausalLM.from_pretrained(  # device_map needs `accelerate`
         checkpoint, use_kernels=True, kernel_config=geglu_kernel_config(), device_map=device

@@ -11,6 +11,10 @@
 #   bash scripts/gpu_run.sh [build] [test] [sanitize] [bench] [tune]   (default: build test sanitize bench)
 #
 # Each device command is limited to 10 minutes; pass a subset of stages to split.
+# Carried wheels (.whl/, installed below): at least kernels==0.17.2 and
+# transformers==5.22.2, requirements.txt's pair; the image's transformers 5.17 accepts
+# only kernels>=0.16,<0.17, and with it Transformers' kernels integration is off
+# (env.txt says which pair ran and whether the integration is on).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/geglu-out}
@@ -28,9 +32,11 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site
 fi
 python3 - <<'PY' | tee "$OUT/env.txt"
-import torch, triton, platform, kernels
+import torch, triton, platform, kernels, transformers
+from transformers.utils.import_utils import is_kernels_available
 print(f"device {torch.cuda.get_device_name()} cc {torch.cuda.get_device_capability()}")
 print(f"torch {torch.__version__} triton {triton.__version__} kernels {kernels.__version__} python {platform.python_version()}")
+print(f"transformers {transformers.__version__}, kernels integration {'on' if is_kernels_available() else 'OFF'}")
 PY
 
 summary=()

@@ -278,9 +278,9 @@ def tp_transformers(model, mesh):
     except ImportError as e:  # Transformers before its `distributed` package
         raise Unavailable(f"this Transformers has no DTensor TP API to apply: {e}") from e
 
-    if hasattr(model, "_resolve_parallel_plans"):  # Transformers 5.23 (CI): per-layer names
+    if hasattr(model, "_resolve_parallel_plans"):  # Transformers 5.23: per-layer names
         plan, _, _ = model._resolve_parallel_plans(DistributedConfig(tp_size=WORLD, tp_plan="auto"))
-    else:  # 5.17 (the lent GPU machines): the model's plan, with `*` for the layer number
+    else:  # 5.17 (the lent GPU machines) to 5.22 (CI): the model's plan, `*` for the layer number
         plan = model.tp_plan
     mlp_plan = {name: style for name, style in plan.items() if ".mlp." in name}
     assert mlp_plan, f"no MLP entries in Transformers' TP plan: {plan}"

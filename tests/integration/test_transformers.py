@@ -298,10 +298,52 @@ def test_docs_show_the_tested_code(name):
 # --------------------------------------------------------------------------- Transformers' switch
 
 
-def transformers_kernels_integration() -> bool:
-    from transformers.utils.import_utils import is_kernels_available
+def pins(path: Path) -> dict:
+    """{distribution: version} of every `name==version` pin in a setup file."""
+    text = path.read_text()
+    return {name.lower(): version for name, version in re.findall(r"(?<![\w.-])([A-Za-z][\w.-]*)==([\w.+]+)", text)}
 
-    return is_kernels_available()
+
+def test_transformers_kernels_integration_is_on():
+    """The pinned Transformers accepts the pinned `kernels`: its kernels integration is
+    on, so `use_kernels=True` works with what requirements.txt installs. Transformers
+    accepts one range of `kernels` releases per version (5.22: >=0.17.2,<0.18; 5.23
+    and 5.24: >=0.18.2,<0.19) and silently turns its integration off outside it; this
+    fails instead, on every CPU run."""
+    import kernels
+    import transformers
+    from transformers.utils import import_utils
+
+    required = pins(REPO / "requirements.txt")
+    installed = {"transformers": transformers.__version__, "kernels": kernels.__version__}
+    accepted = f">={import_utils.KERNELS_MIN_VERSION},<{import_utils.KERNELS_MAX_VERSION}"
+    assert import_utils.is_kernels_available(), (
+        f"transformers {transformers.__version__} accepts kernels {accepted}, installed is "
+        f"kernels {kernels.__version__}: Transformers turned its kernels integration off"
+    )
+    assert {name: required[name] for name in installed} == installed, "not the environment requirements.txt pins"
+
+
+# Files that install Transformers or `kernels` for tests and builds, beside requirements.txt.
+SETUP_FILES = [
+    ".github/workflows/build.yml",
+    ".github/workflows/gpu-tests.yml",
+    "scripts/build_cuda_variant.sh",
+    "scripts/setup_torch_new.sh",
+]
+
+
+@pytest.mark.parametrize("path", SETUP_FILES)
+def test_setup_files_pin_the_requirements_versions(path):
+    """Every pin of transformers and kernels in the workflows and scripts is
+    requirements.txt's (the GPU workflow and the CPU test jobs pin both)."""
+    required = pins(REPO / "requirements.txt")
+    found = pins(REPO / path)
+    for name in ("transformers", "kernels"):
+        if name in found:
+            assert found[name] == required[name], f"{path} pins {name}=={found[name]}, requirements.txt {required[name]}"
+    if path.startswith(".github/"):
+        assert {"transformers", "kernels"} <= set(found), f"{path} does not pin transformers and kernels"
 
 
 @pytest.fixture
@@ -315,42 +357,44 @@ def restore_kernel_mapping():
     _KERNEL_MAPPING.reset(token)
 
 
-@pytest.mark.cuda
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("form", ["local", "hub", "from_pretrained"])
-def test_transformers_use_kernels_switch(form, staged_cache, tmp_path, monkeypatch, restore_kernel_mapping):
+def test_transformers_use_kernels_switch(form, device, staged_cache, tmp_path, monkeypatch, restore_kernel_mapping):
     """Transformers' switch on a saved checkpoint: `set_use_kernels(True, KernelConfig)`
     with the local and the Hub form, and `from_pretrained(use_kernels=True,
-    kernel_config=...)`. Transformers turns its integration off when the installed
-    `kernels` is outside its supported range, and its KernelConfig takes accelerators
-    only: hence GPU-only, and skipped (saying why) when the integration is off."""
-    import inspect
-
-    import kernels
-    import transformers
-
-    if not transformers_kernels_integration():
-        versions = f"transformers {transformers.__version__}, kernels {kernels.__version__}"
-        pytest.skip(f"{versions}: Transformers turned its kernels integration off")
-    if "inherit_mapping" not in inspect.signature(transformers.KernelConfig).parameters:
-        pytest.skip(f"transformers {transformers.__version__}: KernelConfig has no inherit_mapping")
-    if form == "from_pretrained":
-        pytest.importorskip("accelerate", reason="from_pretrained(device_map=...) needs accelerate")
+    kernel_config=...)`. Its KernelConfig takes accelerators only (cuda, rocm, xpu, ...):
+    on CPU the test adds "cpu" to that list, Transformers' only CPU obstacle (geglu's
+    layers run on CPU tensors), so CI runs the whole switch with the pinned versions;
+    the `cuda` parameters run it as users do (from_pretrained with device_map, which
+    needs `accelerate`)."""
     import huggingface_hub.constants as hf_constants
+    from transformers.utils import kernel_config
+
+    from transformers.utils.import_utils import is_kernels_available
+
+    assert is_kernels_available(), "the kernels integration is off: see test_transformers_kernels_integration_is_on"
+    if device == "cpu":
+        monkeypatch.setattr(kernel_config, "KERNELS_SUPPORTED_DEVICE_TYPES", [*kernel_config.KERNELS_SUPPORTED_DEVICE_TYPES, "cpu"])
+    elif form == "from_pretrained":
+        pytest.importorskip("accelerate", reason="from_pretrained(device_map=...) needs accelerate")
 
     # org/geglu v1 resolves from the staged cache (offline); files load from build/.
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(staged_cache))
 
-    original = example.tiny_model("gemma").to(torch.bfloat16).eval()
+    dtype = model_dtype(device)
+    original = example.tiny_model("gemma").to(dtype).eval()
     original.save_pretrained(tmp_path)
-    original = original.to("cuda")
-    reference = build("gemma", "cuda", torch.float32).eval()
+    original = original.to(device)
+    reference = None if dtype == torch.float32 else build("gemma", device, torch.float32).eval()
     inputs = example.model_inputs(original)
 
-    if form == "from_pretrained":
-        model = example.from_pretrained_with_geglu(str(tmp_path), device="cuda")
+    if form == "from_pretrained":  # on CPU without device_map: the model loads there
+        model = example.from_pretrained_with_geglu(str(tmp_path), device=None if device == "cpu" else device)
     else:
-        loaded = type(original).from_pretrained(tmp_path, dtype=torch.bfloat16).to("cuda").eval()
+        loaded = type(original).from_pretrained(tmp_path, dtype=dtype).to(device).eval()
         model = example.enable_geglu_kernels(loaded, local_path=REPO if form == "local" else None)
-    assert example.count_kernelized(model).get("GeGLUMLP") == 2
+    assert model.device.type == device and model.dtype == dtype
+    assert example.count_kernelized(model) == {"GeGLUMLP": 2}
+    assert model.model.layers[0].mlp.forward.__func__.__module__.endswith(".layers")  # geglu's layer
     assert_close_to_original(model, original, inputs, reference)
