@@ -39,7 +39,7 @@ std::string take_str(StableIValue v) {
   return s;
 }
 
-// (Tensor! out, Tensor input) -> ()
+// (Tensor(a!) out, Tensor input) -> ()
 template <void (*fn)(Tensor &, const Tensor &)>
 void boxed_out(StableIValue *stack, uint64_t, uint64_t) {
   Tensor out = take_tensor(stack[0]);
@@ -145,10 +145,10 @@ void boxed_geglu_linear_sm90(StableIValue *stack, uint64_t, uint64_t) {
 // The namespace is unique per build (_geglu_<backend>_<tree hash>), so two builds of
 // this kernel can be loaded into one process side by side.
 STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
-  ops.def("gelu_and_mul(Tensor! out, Tensor input) -> ()");
-  ops.def("gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()");
-  ops.def("gelu(Tensor! out, Tensor input) -> ()");
-  ops.def("gelu_tanh(Tensor! out, Tensor input) -> ()");
+  ops.def("gelu_and_mul(Tensor(a!) out, Tensor input) -> ()");
+  ops.def("gelu_tanh_and_mul(Tensor(a!) out, Tensor input) -> ()");
+  ops.def("gelu(Tensor(a!) out, Tensor input) -> ()");
+  ops.def("gelu_tanh(Tensor(a!) out, Tensor input) -> ()");
   ops.def("geglu(Tensor gate, Tensor up, str approximate) -> Tensor");
   ops.def("geglu_backward(Tensor grad_out, Tensor gate, Tensor up, str approximate) -> (Tensor, Tensor)");
   ops.def("_geglu_mlp(Tensor x, Tensor w_gate, Tensor? w_up, Tensor w_down, Tensor? b_gate, "

@@ -189,6 +189,19 @@ inline int64_t merged_half_width(std::string_view op, std::string_view name, con
   return two_d / 2;
 }
 
+// The merged ops called as op(input, out): `out` then has input's leading dimensions
+// and twice its width, which the shape checks would blame on one argument alone.
+inline void check_not_swapped(std::string_view op, const Tensor &out, const Tensor &input) {
+  if (!out.defined() || !input.defined() || out.dim() != input.dim() || input.dim() == 0) return;
+  const IntArrayRef o = out.sizes(), in = input.sizes();
+  for (size_t i = 0; i + 1 < o.size(); ++i) {
+    if (o[i] != in[i]) return;
+  }
+  GEGLU_CHECK_VALUE(in.back() == 0 || o.back() != 2 * in.back(), op, ": out of shape ", o,
+                    " is twice as wide as input of shape ", in, ": the arguments look swapped; the signature is ", op,
+                    "(out, input), with input [..., 2d] and out [..., d]");
+}
+
 // approximate="tanh" (true) or "none" (false, the exact erf GELU).
 inline bool is_tanh(std::string_view op, std::string_view approximate) {
   if (approximate == "tanh") return true;

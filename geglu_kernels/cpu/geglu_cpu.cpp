@@ -137,6 +137,7 @@ std::vector<int64_t> shape_of(const Tensor &t) {
 
 // Merged input [..., 2d]: gate = input[..., :d], up = input[..., d:]; out [..., d].
 void gelu_and_mul_impl(Tensor &out, const Tensor &input, Gelu gelu, std::string_view op) {
+  geglu_stable::check_not_swapped(op, out, input);
   check_input(op, "input", input, kCpu);
   const Dtype dtype = storage_dtype(input);
   const int64_t d = geglu_stable::merged_half_width(op, "input", input);

@@ -104,6 +104,9 @@ constexpr float kSqrtHalf = 0.70710678118654752440f;   // 1 / sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f; // 1 / sqrt(2 pi)
 constexpr float kBeta = 0.79788456080286535588f;       // sqrt(2 / pi)
 constexpr float kKappa = 0.044715f;
+// |x| beyond which the tanh GELU and its slope are 0 and 0 (x < 0) or x and 1 (x > 0)
+// to float32's resolution: at x = -10 the slope is -2.5e-36, at x = 10 it is 1 + 2.5e-36.
+constexpr float kTanhSaturation = 10.0f;
 
 // Phi(x), the standard normal CDF, for the forward pass: (1 + erf(x / sqrt 2)) / 2 with
 // erf(x / sqrt 2) a rational minimax fit x P(x^2) / Q(x^2) on |x| <= 4 sqrt 2 (beyond
@@ -176,6 +179,13 @@ inline void gelu_with_derivative(const V &x, V &value, V &slope) {
     const V two_dz = fmadd_(V(6.0f * kBeta * kKappa), x * x, V(2.0f * kBeta));
     value = x * s;
     slope = fmadd_(x * (s * (e * s)), two_dz, s);
+    // Beyond |x| = kTanhSaturation the float32 results are exactly gelu = 0, slope = 0
+    // (x < 0) and slope = 1 (x > 0). The formula cannot give them: the clamped s times
+    // a huge x is not 0 (gelu(-3e38) would be -5e3), and x^2 overflows near 1.8e19
+    // (0 * inf). Selects, not a clamp of x, so a NaN x stays NaN.
+    const V lo(-kTanhSaturation), hi(kTanhSaturation), zero(0.0f), one(1.0f);
+    value = where_less(x, lo, zero, value);
+    slope = where_less(x, lo, zero, where_less(hi, x, one, slope));
   }
 }
 

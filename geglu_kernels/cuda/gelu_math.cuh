@@ -31,6 +31,9 @@ namespace geglu_cuda {
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;   // 1/sqrt(2 pi)
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;  // sqrt(2/pi)
 constexpr float kKappa = 0.044715f;
+// |x| beyond which the tanh GELU and its slope are 0 and 0 (x < 0) or x and 1 (x > 0)
+// to float32's resolution: at x = -10 the slope is -2.5e-36, at x = 10 it is 1 + 2.5e-36.
+constexpr float kTanhSaturation = 10.0f;
 constexpr float kLog2E = 1.44269504088896340736f;
 // 2u log2(e) = kTwoULog2E * (x + kappa x^3): the exponent of sigmoid(2u) in base 2.
 // Folded in double and rounded once: in the tail its relative error is multiplied
@@ -88,6 +91,10 @@ __device__ __forceinline__ void gelu_and_derivative(float x, float &value, float
     const float du_dx = kSqrt2OverPi * fmaf(3.0f * kKappa, x2, 1.0f);
     value = x * sp.s;
     derivative = fmaf(2.0f * x * sp.s_one_minus_s, du_dx, sp.s);
+    // Past |x| = 1.8e19, x^2 overflows and the product above is 0 * inf = NaN; the
+    // slope is exactly 0 or 1 long before. Comparisons, not a clamp: NaN stays NaN.
+    if (x < -kTanhSaturation) derivative = 0.0f;
+    if (x > kTanhSaturation) derivative = 1.0f;
   } else {
     const float cdf = sigmoid_log2(normal_cdf_log2_odds(x)).s;
     const float pdf = kInvSqrt2Pi * exp2f(-0.5f * kLog2E * x2);  // phi(x) = e^(-x^2/2) / sqrt(2 pi)

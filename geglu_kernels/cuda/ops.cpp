@@ -81,6 +81,7 @@ void gelu_out(std::string_view op, bool tanh, Tensor &out, const Tensor &input) 
 
 // input [.., 2d] with gate = input[.., :d], up = input[.., d:]; out [.., d].
 void gelu_and_mul_out(std::string_view op, bool tanh, Tensor &out, const Tensor &input) {
+  geglu_stable::check_not_swapped(op, out, input);
   check_input(op, "input", input, kCuda);
   const int64_t d = geglu_stable::merged_half_width(op, "input", input);
   const auto in_shape = input.sizes();

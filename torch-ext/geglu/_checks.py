@@ -36,6 +36,9 @@ def check_tensor(
     """`t` is a tensor of one of `dtypes` (on `device` when given), with >= min_dim dims."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested or t.layout != torch.strided:
+        kind = "a nested tensor" if t.is_nested else f"layout {t.layout}"
+        raise ValueError(f"{name} must be a dense (strided) tensor, got {kind}")
     dtypes = tuple(dtypes)
     if t.dtype not in dtypes:
         raise ValueError(f"{name} must have dtype {_dtype_names(dtypes)}, got {t.dtype}")
@@ -70,6 +73,20 @@ def check_even_last_dim(name: str, t: torch.Tensor) -> None:
     if t.shape[-1] % 2 != 0:
         raise ValueError(
             f"{name} must have an even last dimension (gate and up halves, [..., 2d]), got {t.shape[-1]}"
+        )
+
+
+def check_not_swapped(out_name: str, out, x_name: str, x) -> None:
+    """A merged function called as f(x, out) instead of f(out, x): `out` then has x's
+    leading dimensions and twice its width, which the shape checks would blame on one
+    argument alone."""
+    if not (isinstance(out, torch.Tensor) and isinstance(x, torch.Tensor)) or out.dim() != x.dim() or x.dim() == 0:
+        return
+    if out.shape[:-1] == x.shape[:-1] and x.shape[-1] > 0 and out.shape[-1] == 2 * x.shape[-1]:
+        raise ValueError(
+            f"{out_name} of shape {tuple(out.shape)} is twice as wide as {x_name} of shape {tuple(x.shape)}: "
+            f"the arguments look swapped; the order is ({out_name}, {x_name}), with {x_name} [..., 2d] and "
+            f"{out_name} [..., d]"
         )
 
 

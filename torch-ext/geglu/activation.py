@@ -119,12 +119,23 @@ _SQRT1_2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
 
 
+# |g| at which the tanh form's sigmoid(z) is exactly 0 or 1 in float32 (|z| = 113).
+_TANH_CLAMP = 12.0
+
+
 def _eager_gelu_and_grad(g: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
+    """(gelu(g), d gelu / d g) from differentiable torch ops (the backward of a
+    double backward differentiates this)."""
     if approximate == "tanh":
-        z = g * (_TANH_A + _TANH_B * g * g)
-        act = g * torch.sigmoid(z)
+        # At a clamped g, sigmoid is exactly 0 or 1 past the clamp, so gelu and its slope
+        # are exactly 0 and 0 (g < 0) or g and 1 (g > 0); an unclamped g * g overflows
+        # past 1.8e19 and the slope becomes 0 * inf = NaN. clamp keeps a NaN g, and its
+        # gradient is 0 outside the range, as the slope's is (double backward).
+        gc = g.clamp(-_TANH_CLAMP, _TANH_CLAMP)
+        z = gc * (_TANH_A + _TANH_B * gc * gc)
+        s = torch.sigmoid(z)
         # 1 - sigmoid(z) as sigmoid(-z): accurate where sigmoid(z) rounds to ~1.
-        return act, torch.sigmoid(z) + act * torch.sigmoid(-z) * (_TANH_A + 3.0 * _TANH_B * g * g)
+        return g * s, s + gc * s * torch.sigmoid(-z) * (_TANH_A + 3.0 * _TANH_B * gc * gc)
     cdf = 0.5 * (1.0 + torch.erf(g * _SQRT1_2))
     return g * cdf, cdf + g * torch.exp(-0.5 * g * g) * _INV_SQRT_2PI
 
@@ -135,9 +146,14 @@ def _eager_geglu(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
 
 
 def _eager_geglu_backward(grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
+    """geglu's backward from torch ops: differentiable (double backward)."""
     act, dact = _eager_gelu_and_grad(gate.float(), approximate)
     dy = grad_out.float()
     return (dy * up.float() * dact).to(gate.dtype), (dy * act).to(up.dtype)
+
+
+def _eager_geglu_merged_backward(grad_out: Tensor, x: Tensor, approximate: str) -> Tensor:
+    return torch.cat(_eager_geglu_backward(grad_out, *_halves(x), approximate), dim=-1)
 
 
 # --------------------------------------------------------------------------- Triton ops
@@ -214,14 +230,25 @@ def _save_inputs(ctx, inputs, output) -> None:
     ctx.approximate = inputs[-1]
 
 
+# Double backward: autograd runs a backward in grad mode only when a graph of it was
+# asked for (create_graph=True). The kernels' backward has no derivative of its own, so
+# those calls take the composite of torch ops, which autograd differentiates again; every
+# other backward runs the kernel.
+
+
 def _geglu_triton_grad(ctx, grad: Tensor):
     gate, up = ctx.saved_tensors
-    grad_gate, grad_up = ops._geglu_backward_triton(grad, gate, up, ctx.approximate)
+    if torch.is_grad_enabled():
+        grad_gate, grad_up = _eager_geglu_backward(grad, gate, up, ctx.approximate)
+    else:
+        grad_gate, grad_up = ops._geglu_backward_triton(grad, gate, up, ctx.approximate)
     return grad_gate, grad_up, None
 
 
 def _geglu_merged_triton_grad(ctx, grad: Tensor):
     (x,) = ctx.saved_tensors
+    if torch.is_grad_enabled():
+        return _eager_geglu_merged_backward(grad, x, ctx.approximate), None
     return ops._geglu_merged_backward_triton(grad, x, ctx.approximate), None
 
 
@@ -297,7 +324,10 @@ def _native_gelu_and_mul_fake(out: Tensor, input: Tensor) -> None:
 
 def _native_geglu_grad(ctx, grad: Tensor):
     gate, up = ctx.saved_tensors
-    grad_gate, grad_up = ops.geglu_backward(_as_rows(grad), gate, up, ctx.approximate)
+    if torch.is_grad_enabled():  # create_graph=True: see _geglu_triton_grad
+        grad_gate, grad_up = _eager_geglu_backward(grad, gate, up, ctx.approximate)
+    else:
+        grad_gate, grad_up = ops.geglu_backward(_as_rows(grad), gate, up, ctx.approximate)
     return grad_gate, grad_up, None
 
 
@@ -338,6 +368,8 @@ class _GegluMergedNative(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         (x,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: see _geglu_triton_grad
+            return _eager_geglu_merged_backward(grad, x, ctx.approximate), None
         gate, up = _halves(x)
         grad_gate, grad_up = ops.geglu_backward(_as_rows(grad), gate, up, ctx.approximate)
         return torch.cat([grad_gate, grad_up], dim=-1), None
@@ -385,6 +417,7 @@ def _check_gelu_out(out: Tensor, x: Tensor, name: str = "x") -> None:
 
 
 def _check_gelu_and_mul_out(out: Tensor, x: Tensor, name: str = "x") -> None:
+    _checks.check_not_swapped("out", out, name, x)
     _check_input(name, x, merged=True)
     _checks.check_out("out", out, shape=_merged_out_shape(x), like_name=name, like=x)
 
@@ -392,20 +425,48 @@ def _check_gelu_and_mul_out(out: Tensor, x: Tensor, name: str = "x") -> None:
 # --------------------------------------------------------------------------- public API
 
 
+def _check_no_autograd(op: str, out, x, approximate: str, merged: bool) -> None:
+    """The out= functions write `out` outside autograd, so in grad mode they refuse, as
+    eager torch's out= functions do, an `out` that requires grad (its graph would be
+    silently overwritten; a leaf's data changed under the optimizer) and an `x` that
+    requires grad (`out` would carry no gradient back to it)."""
+    if isinstance(out, Tensor) and out.requires_grad:
+        raise ValueError(
+            f"{op}: out requires grad, and {op} writes it outside autograd; pass an output "
+            "that does not require grad, or call under torch.no_grad()"
+        )
+    if isinstance(x, Tensor) and x.requires_grad:
+        instead = f"geglu_merged(x, approximate={approximate!r})" if merged else (
+            f"torch.nn.functional.gelu(x, approximate={approximate!r})"
+        )
+        raise ValueError(
+            f"{op}: x requires grad, but {op} is not differentiable (it writes `out` outside "
+            f"autograd); use {instead} for a result with a gradient, or call under torch.no_grad()"
+        )
+
+
 def _write_gelu(out: Tensor, x: Tensor, approximate: str, merged: bool) -> Tensor:
-    """out = gelu(x) (merged: gelu(x[..., :d]) * x[..., d:]), the four out= functions."""
+    """out = gelu(x) (merged: gelu(x[..., :d]) * x[..., d:]), the four out= functions.
+
+    The write bumps `out`'s version counter, as an in-place torch op does, so a backward
+    that saved `out` (or a view of its memory) before it was overwritten raises instead
+    of using the new values. Under torch.compile the op's mutation is traced instead."""
+    name = ("gelu_tanh" if approximate == "tanh" else "gelu") + ("_and_mul" if merged else "")
+    if torch.is_grad_enabled():
+        _check_no_autograd(name, out, x, approximate, merged)
     check = _check_gelu_and_mul_out if merged else _check_gelu_out
     if _native(x):
-        name = ("gelu_tanh" if approximate == "tanh" else "gelu") + ("_and_mul" if merged else "")
         _call_native(getattr(ops, name), check, out, x)
-        return out
-    check(out, x)
-    if _backend(x) == "triton":
-        (ops._gelu_and_mul_triton if merged else ops._gelu_triton)(out, x, approximate)
-    elif merged:
-        out.copy_(_eager_geglu(*_halves(x), approximate))
     else:
-        out.copy_(F.gelu(x.float(), approximate=approximate).to(x.dtype))
+        check(out, x)
+        if _backend(x) == "triton":
+            (ops._gelu_and_mul_triton if merged else ops._gelu_triton)(out, x, approximate)
+        elif merged:
+            out.copy_(_eager_geglu(*_halves(x), approximate))
+        else:
+            out.copy_(F.gelu(x.float(), approximate=approximate).to(x.dtype))
+    if not torch.compiler.is_compiling():
+        torch.autograd.graph.increment_version(out)
     return out
 
 
@@ -432,8 +493,8 @@ def gelu_tanh(out: Tensor, x: Tensor) -> Tensor:
 
 def geglu(gate: Tensor, up: Tensor, approximate: str = "tanh") -> Tensor:
     """gelu(gate, approximate) * up, a new contiguous tensor of gate's shape.
-    Differentiable with respect to gate and up; math in float32."""
-    if _native(gate):
+    Differentiable with respect to gate and up, twice too; math in float32."""
+    if _native(gate) and type(approximate) is str:
         return _call_native(ops.geglu, _check_geglu, gate, up, approximate)
     _check_geglu(gate, up, approximate)
     return _geglu(gate, up, approximate)
@@ -454,12 +515,19 @@ def _geglu(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
 def geglu_backward(
     grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str = "tanh"
 ) -> Tuple[Tensor, Tensor]:
-    """(grad_gate, grad_up) of geglu for the upstream gradient grad_out."""
-    if _native(gate):
+    """(grad_gate, grad_up) of geglu for the upstream gradient grad_out. Differentiable:
+    where an argument requires grad (in grad mode) it runs as torch ops, as a gradient
+    penalty needs; the kernels compute it otherwise."""
+    differentiable = torch.is_grad_enabled() and any(
+        isinstance(t, Tensor) and t.requires_grad for t in (grad_out, gate, up)
+    )
+    if _native(gate) and type(approximate) is str and not differentiable:
         return _call_native(ops.geglu_backward, _check_geglu_backward, grad_out, gate, up, approximate)
     _check_geglu_backward(grad_out, gate, up, approximate)
     backend = _backend(gate)
-    if backend == "triton" and direct_call_ok(grad_out, gate, up):
+    if differentiable:
+        grad_gate, grad_up = _eager_geglu_backward(grad_out, gate, up, approximate)
+    elif backend == "triton" and direct_call_ok(grad_out, gate, up):
         grad_gate, grad_up = _geglu_backward_triton(grad_out, gate, up, approximate)
     elif backend == "triton":
         grad_gate, grad_up = ops._geglu_backward_triton(grad_out, gate, up, approximate)

@@ -202,18 +202,29 @@ def _is_dtensor(x: torch.Tensor) -> bool:
 # --------------------------------------------------------------------------- activations
 
 
+def _kernel_serves_activation(x: torch.Tensor) -> bool:
+    """Whether the activation layers run the kernel on x: a dense tensor of a dtype it
+    computes (torch's GELU serves sparse, nested and DTensor inputs as the original
+    module would), and no gradient to carry (the kernel writes its output outside
+    autograd, so where autograd needs one the layer runs torch's GELU, which has it)."""
+    if x.dtype not in _KERNEL_DTYPES or x.layout != torch.strided or x.is_nested or _is_dtensor(x):
+        return False
+    return not (x.requires_grad and torch.is_grad_enabled())
+
+
 class GeluTanh(nn.Module):
     """`gelu(x, approximate="tanh")`; replaces Transformers' `GELUTanh` ("GeluTanh")
     and, mapped by name, `NewGELU` / `FastGELU`. Returns a new tensor.
 
-    The kernel writes into a fresh output without autograd: no backward, so
-    `kernelize` keeps the original forward in `Mode.TRAINING`."""
+    The kernel writes into a fresh output without autograd, so where the input needs a
+    gradient the layer runs torch's GELU; `kernelize` keeps the original forward in
+    `Mode.TRAINING` (no backward of its own)."""
 
     has_backward = False
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype not in _KERNEL_DTYPES or _is_dtensor(x):
+        if not _kernel_serves_activation(x):
             return F.gelu(x, approximate="tanh")
         # The kernels take a row-strided matrix; activations in a model are contiguous
         # already, so this is a copy only for unusual layouts.
@@ -223,13 +234,14 @@ class GeluTanh(nn.Module):
 
 class Gelu(nn.Module):
     """Exact (erf) `gelu(x)`; replaces Transformers' `GELUActivation` ("GeLU", which
-    Transformers maps to a layer named "Gelu"). Returns a new tensor. No backward."""
+    Transformers maps to a layer named "Gelu"). Returns a new tensor; torch's GELU
+    where the input needs a gradient, as GeluTanh."""
 
     has_backward = False
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype not in _KERNEL_DTYPES or _is_dtensor(x):
+        if not _kernel_serves_activation(x):
             return F.gelu(x)
         x = x.contiguous()
         return gelu(torch.empty_like(x), x)

@@ -264,7 +264,7 @@ class _GegluMlpTrain(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
         y, pre, h = ops._geglu_mlp_train.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
-        ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, pre, h)
+        ctx.save_for_backward(x, w_gate, w_up, w_down, b_gate, b_up, pre, h)
         ctx.approximate = approximate
         return y
 
@@ -272,8 +272,10 @@ class _GegluMlpTrain(torch.autograd.Function):
     def backward(ctx, grad):
         """`_geglu_mlp_backward`: the GeGLU backward kernel on the saved pre-activations,
         torch's GEMMs for the rest; the residual's gradient is grad."""
-        x, w_gate, w_up, w_down, b_gate, pre, h = ctx.saved_tensors
+        x, w_gate, w_up, w_down, b_gate, b_up, pre, h = ctx.saved_tensors
         need = ctx.needs_input_grad
+        if torch.is_grad_enabled():
+            return _differentiable_mlp_backward(grad, need, x, w_gate, w_up, w_down, b_gate, b_up, ctx.approximate)
         needs = sum(1 << i for i in range(7) if need[i])
         g = grad.reshape(-1, grad.shape[-1])
         if not g.is_contiguous():
@@ -281,6 +283,20 @@ class _GegluMlpTrain(torch.autograd.Function):
         grads = ops._geglu_mlp_backward.default(g, _flatten_tokens(x), w_gate, w_up, w_down, b_gate, pre, h, needs, ctx.approximate)
         dx = grads[0] if grads[0] is None or x.dim() == 2 else grads[0].view(x.shape)
         return (dx, *grads[1:], grad if need[7] else None, None)
+
+
+def _differentiable_mlp_backward(grad, need, x, w_gate, w_up, w_down, b_gate, b_up, approximate):
+    """_GegluMlpTrain's gradients where autograd asked for a graph of the backward
+    (create_graph=True; a backward runs in grad mode only then): the native backward
+    has no derivative, so the composition is run again on the saved inputs and
+    differentiated by autograd, which records that graph. b_down and the residual add to
+    the output, so their gradients are grad's, whatever their values."""
+    wrt = [t for t, n in zip((x, w_gate, w_up, w_down, b_gate, b_up), need) if n]
+    y = _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, None, None, approximate)
+    grads = iter(torch.autograd.grad(y, wrt, grad, create_graph=True))
+    first = [next(grads) if n else None for n in need[:6]]
+    b_down_grad = grad.reshape(-1, grad.shape[-1]).sum(0) if need[6] else None
+    return (*first, b_down_grad, grad if need[7] else None, None)
 
 
 def _geglu_mlp_backward_fake(grad, x, w_gate, w_up, w_down, b_gate, pre, h, needs, approximate):
@@ -299,12 +315,16 @@ def _geglu_mlp_backward_fake(grad, x, w_gate, w_up, w_down, b_gate, pre, h, need
     return tuple(out)
 
 
-def _linear_bias_gelu_fake(x, weight, bias, approximate):
-    """Shapes of _linear_bias_gelu (an inference op) under torch.compile / fake tensors."""
+def _check_linear_bias_gelu(x, weight, bias, approximate) -> None:
     check_x(x)
     check_linear_operand("weight", weight, x, x.shape[-1])
     check_vector("bias", bias, x, weight.shape[0])
     check_approximate("approximate", approximate)
+
+
+def _linear_bias_gelu_fake(x, weight, bias, approximate):
+    """Shapes of _linear_bias_gelu (an inference op) under torch.compile / fake tensors."""
+    _check_linear_bias_gelu(x, weight, bias, approximate)
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
@@ -350,12 +370,12 @@ def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, a
 
     approximate: "tanh" (gelu_pytorch_tanh / gelu_new) or "none" (exact erf GELU).
     x: [..., in]; weight: [out, in]; bias: [out] or None. Returns [..., out]."""
-    if _native_call(x, (weight, bias), approximate) and not _needs_grad(x, weight, bias):
-        return ops._linear_bias_gelu.default(x, weight, bias, approximate)
-    check_x(x)
-    check_linear_operand("weight", weight, x, x.shape[-1])
-    check_vector("bias", bias, x, weight.shape[0])
-    check_approximate("approximate", approximate)
+    if weight is not None and _native_call(x, (weight, bias), approximate) and not _needs_grad(x, weight, bias):
+        try:
+            return ops._linear_bias_gelu.default(x, weight, bias, approximate)
+        except RuntimeError:
+            _refused_by_dispatcher(_check_linear_bias_gelu, x, weight, bias, approximate)
+    _check_linear_bias_gelu(x, weight, bias, approximate)
     if (
         approximate == "tanh"
         and bias is not None
@@ -419,7 +439,8 @@ def geglu_mlp(
     if not isinstance(biases, (tuple, list)) or len(biases) != 3:
         raise TypeError(f"biases must be None or a tuple (b_gate, b_up, b_down), got {biases!r}")
     b_gate, b_up, b_down = biases
-    if not all_plain(w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
+    # all_plain passes None (the optional arguments); a None weight takes the checked route.
+    if w_gate is None or w_down is None or not all_plain(w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
         return _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
 
@@ -431,15 +452,26 @@ def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appr
     pays on the host (issue 15: <= 15 us a call), so only x and approximate are checked,
     and the requires-grad loop runs only in grad mode (not under no_grad / inference)."""
     if _native_x(x, approximate):
-        # .default: the overload itself, without the packet's overload resolution per call.
-        if not torch.is_grad_enabled() or not _needs_grad(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
-            return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
-        # With gradients, the native autograd node runs in eager only: torch.compile
-        # differentiates the composition (the node would hide the backward's kernels from
-        # it), and an empty problem takes the composition too (autograd over torch's GEMMs).
-        if not torch.compiler.is_compiling() and 0 not in (x.numel(), w_gate.numel(), w_down.numel()):
-            return _GegluMlpTrain.apply(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+        try:
+            # .default: the overload itself, without the packet's overload resolution per call.
+            if not torch.is_grad_enabled() or not _needs_grad(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
+                return ops._geglu_mlp.default(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+            # With gradients, the native autograd node runs in eager only: torch.compile
+            # differentiates the composition (the node would hide the backward's kernels from
+            # it), and an empty problem takes the composition too (autograd over torch's GEMMs).
+            if not torch.compiler.is_compiling() and 0 not in (x.numel(), w_gate.numel(), w_down.numel()):
+                return _GegluMlpTrain.apply(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+        except RuntimeError:
+            _refused_by_dispatcher(_check_mlp, x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
     return _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+
+
+def _refused_by_dispatcher(check, *args) -> None:
+    """Called in an `except RuntimeError` around a native op: where the dispatcher refused
+    an argument before the op's own checks ran (a sparse or nested tensor has no kernel),
+    the Python checks raise their error naming it; anything else re-raises as itself."""
+    check(*args)
+    raise
 
 
 def _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:

@@ -86,6 +86,7 @@ if HAS_TRITON:
     _TANH_A = tl.constexpr(1.5957691216057308)  # 2 * sqrt(2 / pi)
     _TANH_B = tl.constexpr(0.0713548162726009)  # 2 * sqrt(2 / pi) * 0.044715
     _TANH_DB = tl.constexpr(0.2140644488178027)  # d/dx of _TANH_B * x^3, divided by x^2
+    _TANH_SATURATION = tl.constexpr(10.0)  # slope -2.5e-36 at -10, 1 + 2.5e-36 at 10
     _SQRT1_2 = tl.constexpr(0.7071067811865476)
     _INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
 
@@ -104,7 +105,9 @@ if HAS_TRITON:
     def _gelu(g, APPROXIMATE_TANH: tl.constexpr):
         if APPROXIMATE_TANH:
             s, _ = _sigmoid_pair(g * (_TANH_A + _TANH_B * g * g))
-            return g * s
+            # s is clamped at ~1.8e-35, so a huge negative g needs its exact 0 set
+            # (g * s would be -5e3 at g = -3e38).
+            return tl.where(g < -_TANH_SATURATION, 0.0, g * s)
         else:
             return 0.5 * g * (1.0 + tl.math.erf(g * _SQRT1_2))
 
@@ -115,6 +118,11 @@ if HAS_TRITON:
             s, one_minus_s = _sigmoid_pair(g * (_TANH_A + _TANH_B * g * g))
             act = g * s
             grad = s + act * one_minus_s * (_TANH_A + _TANH_DB * g * g)
+            # Beyond |g| = 10, gelu and its slope are 0 and 0 (g < 0) or g and 1 (g > 0)
+            # in float32; the formula is not: the clamped s times a huge g is not 0, and
+            # g * g overflows (0 * inf). Comparisons, so a NaN g stays NaN.
+            act = tl.where(g < -_TANH_SATURATION, 0.0, act)
+            grad = tl.where(g < -_TANH_SATURATION, 0.0, tl.where(g > _TANH_SATURATION, 1.0, grad))
         else:
             cdf = 0.5 * (1.0 + tl.math.erf(g * _SQRT1_2))
             act = g * cdf
