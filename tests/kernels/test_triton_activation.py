@@ -21,8 +21,10 @@ if not HAS_CUDA:
 DEV = "cuda" if HAS_CUDA else "cpu"
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 APPROX = ["tanh", "none"]
-# Odd widths, a single row, 3-D, every width bucket of the launch table.
-SMALL_SHAPES = [(1, 1), (1, 7), (5, 16), (3, 33), (2, 3, 65), (9, 130), (4, 300)]
+# Odd widths, a single row, 3-D, every width bucket of the launch table; grids of
+# several row blocks (300 rows of a narrow bucket's 128-256-row tiles) and of several
+# row and column blocks at once (wide bucket: 8-16-row, 256-column tiles).
+SMALL_SHAPES = [(1, 1), (1, 7), (5, 16), (3, 33), (2, 3, 65), (9, 130), (4, 300), (300, 5), (37, 601)]
 
 
 def assert_close(actual, expected, dtype):
@@ -98,11 +100,12 @@ def test_backward_matches_float64_autograd(ta, dtype, approximate, shape):
     assert_close(grad_up, ref_up, dtype)
 
 
+@pytest.mark.parametrize("rows, width, pad", [(5, 37, 11), (37, 300, 9)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_row_strided_operands_leave_padding_alone(ta, dtype):
-    """Inputs and outputs are column slices of wider buffers (row stride > width):
-    results match, and the padding columns of the outputs stay NaN."""
-    rows, width, pad = 5, 37, 11
+def test_row_strided_operands_leave_padding_alone(ta, dtype, rows, width, pad):
+    """Inputs and outputs are column slices of wider buffers (row stride > width), in
+    one tile and in a grid of row and column blocks: results match, and the padding
+    columns of the outputs stay NaN."""
     gate = rand((rows, width + pad), dtype, seed=1)[:, pad:]
     up = rand((rows, width + 3), dtype, seed=2)[:, :width]
     dy = rand((rows, 2 * width), dtype, scale=1.0, seed=3)[:, width:]
