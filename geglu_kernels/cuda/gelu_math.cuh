@@ -34,6 +34,9 @@ constexpr float kKappa = 0.044715f;
 // |x| beyond which the tanh GELU and its slope are 0 and 0 (x < 0) or x and 1 (x > 0)
 // to float32's resolution: at x = -10 the slope is -2.5e-36, at x = 10 it is 1 + 2.5e-36.
 constexpr float kTanhSaturation = 10.0f;
+// x below which the exact GELU and its slope are 0 in float32 (|x phi(x)| < 2^-149 from
+// x = -15); the sigmoid fit of Phi keeps ~1e-35 there, which the backward sets to 0.
+constexpr float kErfSaturation = 15.0f;
 constexpr float kLog2E = 1.44269504088896340736f;
 // 2u log2(e) = kTwoULog2E * (x + kappa x^3): the exponent of sigmoid(2u) in base 2.
 // Folded in double and rounded once: in the tail its relative error is multiplied
@@ -100,6 +103,7 @@ __device__ __forceinline__ void gelu_and_derivative(float x, float &value, float
     const float pdf = kInvSqrt2Pi * exp2f(-0.5f * kLog2E * x2);  // phi(x) = e^(-x^2/2) / sqrt(2 pi)
     value = x * cdf;
     derivative = fmaf(x, pdf, cdf);  // Phi(x) + x phi(x)
+    if (x < -kErfSaturation) value = derivative = 0.0f;
   }
 }
 
