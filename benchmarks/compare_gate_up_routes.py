@@ -68,7 +68,7 @@ def main() -> None:
     lin = geglu.linear
     tg = lin.triton_gemm
     dev = torch.device("cuda")
-    sm90 = torch.cuda.get_device_capability() == (9, 0) and hasattr(lin.ops, "_geglu_linear_sm90")
+    sm90 = torch.cuda.get_device_capability() == (9, 0) and hasattr(lin.ops, "_geglu_linear")
     rows = []
     for name in args.shapes:
         m, k, hidden = SHAPES[name]
@@ -83,7 +83,7 @@ def main() -> None:
             "cublas_alone": lambda: F.linear(x, w),
         }
         if sm90:
-            routes["sm90_engine"] = lambda: lin.ops._geglu_linear_sm90(x, wg, wu, None, None, "tanh")
+            routes["sm90_engine"] = lambda: lin.ops._geglu_linear(x, wg, wu, None, None, "tanh")
         with torch.no_grad():
             for route, fn in routes.items():
                 if route == "cublas_alone":

@@ -100,8 +100,8 @@ def main(argv=None) -> int:
     empty = torch.empty(0, dtype=dtype, device=args.device)
     rows["ops.gelu.default(empty, empty)"] = lambda: ops.gelu.default(empty, empty)
     rows["ops._geglu_mlp.default._op"] = lambda: ops._geglu_mlp.default._op(*mlp_args)
-    if hasattr(ops, "_geglu_linear_sm90") and args.device == "cuda":
-        rows["gate/up: ops._geglu_linear_sm90.default"] = lambda: ops._geglu_linear_sm90.default(
+    if hasattr(ops, "_geglu_linear") and args.device == "cuda":
+        rows["gate/up: ops._geglu_linear.default"] = lambda: ops._geglu_linear.default(
             x2, wg, wu, None, None, "tanh"
         )
     if args.device == "cuda":

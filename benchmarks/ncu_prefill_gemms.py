@@ -10,7 +10,7 @@ the launches between cudaProfilerStart/Stop are profiled:
         python benchmarks/ncu_prefill_gemms.py
 
 Launch order (NVTX ranges name them): per gate/up shape, cuBLAS's GEMM of the merged
-[2H, K] weight, then the engine (`_geglu_linear_sm90`, tanh); per bias + GELU shape,
+[2H, K] weight, then the engine (`_geglu_linear`, tanh); per bias + GELU shape,
 `F.linear` (no GELU), cuBLASLt's `_addmm_activation` (tanh), then the engine, tanh and
 exact (`_linear_bias_gelu`).
 """
@@ -40,7 +40,7 @@ def main() -> int:
         w = torch.randn(2 * h, d, device="cuda", dtype=DT, generator=g) * d**-0.5
         launches += [
             (f"{name} cuBLAS merged gate/up", lambda x=x, w=w: F.linear(x, w)),
-            (f"{name} engine gate/up + GeGLU", lambda x=x, w=w, h=h: ops._geglu_linear_sm90(x, w[:h], w[h:], None, None, "tanh")),
+            (f"{name} engine gate/up + GeGLU", lambda x=x, w=w, h=h: ops._geglu_linear(x, w[:h], w[h:], None, None, "tanh")),
         ]
     for name, (m, k, n) in BIAS_GELU.items():
         x = torch.randn(m, k, device="cuda", dtype=DT, generator=g)

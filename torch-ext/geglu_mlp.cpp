@@ -1,5 +1,6 @@
-// _geglu_mlp, _geglu_mlp_train and _geglu_mlp_backward on torch's stable ABI: the GeGLU
-// MLP as one native call each way, the op every MLP layer forward runs.
+// _geglu_mlp, _geglu_mlp_train, _geglu_mlp_backward and _geglu_linear on torch's stable
+// ABI: the GeGLU MLP as one native call each way, the op every MLP layer forward runs,
+// and its gate/up half alone (geglu_linear's inference op), by the same route.
 //
 //   y = (gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)) @ w_down.T + b_down + residual
 //
@@ -119,6 +120,43 @@ Tensor restore_shape(const Tensor &y, const Problem &p) {
   return p.x.dim() == static_cast<int64_t>(p.out_shape.size()) ? y : device::contiguous_view(y, p.out_shape);
 }
 
+// The gate/up operands as the fused kernels read them: separate [hidden, K] weights and
+// [hidden] biases, views of a merged weight (and bias), read in place.
+struct SplitGateUp {
+  Tensor w_gate, w_up;
+  OptTensor b_gate, b_up;
+};
+
+SplitGateUp split_gate_up(const Tensor &w_gate, const OptTensor &w_up, const OptTensor &b_gate, const OptTensor &b_up) {
+  if (w_up.has_value()) return {w_gate, *w_up, b_gate, b_up};
+  const int64_t hidden = w_gate.size(0) / 2;
+  SplitGateUp s{device::narrow(w_gate, 0, 0, hidden), device::narrow(w_gate, 0, hidden, hidden), b_gate, b_up};
+  if (b_gate.has_value() && !b_up.has_value() && b_gate->size(0) == 2 * hidden) {
+    s.b_gate = device::narrow(*b_gate, 0, 0, hidden);
+    s.b_up = device::narrow(*b_gate, 0, hidden, hidden);
+  }
+  return s;
+}
+
+// Whether the backend's fused kernels get to see the call: it has some, and the problem
+// is not empty (the kernels take M, K, hidden > 0).
+bool fused_candidate(const Tensor &x2, const Tensor &w_gate) {
+  return kHasFusedGateUp && x2.size(0) > 0 && x2.size(1) > 0 && w_gate.size(0) > 0;
+}
+
+// h = gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up) for x [M, K]: the backend's fused
+// gate/up GEMM where it has one for the call (fused_gate_up), else torch's GEMM writing
+// [gate | up] and the geglu kernel on its halves. The one gate/up route of _geglu_mlp
+// and _geglu_linear.
+Tensor gate_up_geglu(const Tensor &x2, const Tensor &w_gate, const OptTensor &w_up, const OptTensor &b_gate,
+                     const OptTensor &b_up, bool tanh, std::string_view approximate) {
+  if (fused_candidate(x2, w_gate)) {
+    const SplitGateUp s = split_gate_up(w_gate, w_up, b_gate, b_up);
+    if (OptTensor h = fused_gate_up(x2, s.w_gate, s.w_up, s.b_gate, s.b_up, tanh)) return *h;
+  }
+  return geglu_halves(gate_up(x2, w_gate, w_up, b_gate, b_up), approximate);
+}
+
 }  // namespace
 
 Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
@@ -126,27 +164,30 @@ Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, c
                  std::string_view approximate) {
   const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
   const device::DeviceGuard guard(x.get_device_index());
-  OptTensor h;
-  if (kHasFusedGateUp && p.x.size(0) > 0 && p.x.size(1) > 0 && w_gate.size(0) > 0) {
-    // Separate [hidden, K] views of a merged weight (and bias): the fused kernels read
-    // two row ranges of one tensor in place.
-    Tensor wg = w_gate, wu = w_up.has_value() ? *w_up : w_gate;
-    OptTensor bg = b_gate, bu = b_up;
-    if (!w_up.has_value()) {
-      const int64_t hidden = w_gate.size(0) / 2;
-      wg = device::narrow(w_gate, 0, 0, hidden);
-      wu = device::narrow(w_gate, 0, hidden, hidden);
-      if (b_gate.has_value() && !b_up.has_value() && b_gate->size(0) == 2 * hidden) {
-        bg = device::narrow(*b_gate, 0, 0, hidden);
-        bu = device::narrow(*b_gate, 0, hidden, hidden);
-      }
-    }
+  if (fused_candidate(p.x, w_gate)) {
+    const SplitGateUp s = split_gate_up(w_gate, w_up, b_gate, b_up);
     const IntArrayRef out_shape(p.out_shape.data(), p.out_shape.size());
-    if (OptTensor y = fused_decode_mlp(p.x, wg, wu, bg, bu, w_down, b_down, p.residual, p.tanh, out_shape)) return *y;
-    h = fused_gate_up(p.x, wg, wu, bg, bu, p.tanh);
+    if (OptTensor y = fused_decode_mlp(p.x, s.w_gate, s.w_up, s.b_gate, s.b_up, w_down, b_down, p.residual, p.tanh,
+                                       out_shape)) {
+      return *y;
+    }
   }
-  if (!h.has_value()) h = geglu_halves(gate_up(p.x, w_gate, w_up, b_gate, b_up), approximate);
-  return restore_shape(down(*h, w_down, b_down, p.residual), p);
+  const Tensor h = gate_up_geglu(p.x, w_gate, w_up, b_gate, b_up, p.tanh, approximate);
+  return restore_shape(down(h, w_down, b_down, p.residual), p);
+}
+
+Tensor geglu_linear(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const OptTensor &b_gate,
+                    const OptTensor &b_up, std::string_view approximate) {
+  gemm_checks::check_x(x);
+  const int64_t hidden = gemm_checks::check_gate_up(x, w_gate, w_up, b_gate, b_up);
+  const bool tanh = gemm_checks::is_tanh(approximate);
+  const device::DeviceGuard guard(x.get_device_index());
+  const Tensor h = gate_up_geglu(x.dim() == 2 ? x : as_rows(x), w_gate, w_up, b_gate, b_up, tanh, approximate);
+  if (x.dim() == 2) return h;
+  const IntArrayRef xs = x.sizes();
+  std::vector<int64_t> out_shape(xs.begin(), xs.end());
+  out_shape.back() = hidden;
+  return device::contiguous_view(h, out_shape);
 }
 
 std::tuple<Tensor, Tensor, Tensor> geglu_mlp_train(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up,

@@ -128,17 +128,15 @@ void boxed_linear_bias_gelu(StableIValue *stack, uint64_t, uint64_t) {
   stack[0] = sd::from(geglu_stable::linear_bias_gelu(x, weight, bias, approximate));
 }
 
-#if defined(CUDA_KERNEL)
-void boxed_geglu_linear_sm90(StableIValue *stack, uint64_t, uint64_t) {
+void boxed_geglu_linear(StableIValue *stack, uint64_t, uint64_t) {
   const Tensor x = take_tensor(stack[0]);
   const Tensor w_gate = take_tensor(stack[1]);
-  const Tensor w_up = take_tensor(stack[2]);
+  const OptTensor w_up = take_opt(stack[2]);
   const OptTensor b_gate = take_opt(stack[3]);
   const OptTensor b_up = take_opt(stack[4]);
   const std::string approximate = take_str(stack[5]);
-  stack[0] = sd::from(geglu_stable::geglu_linear_sm90(x, w_gate, w_up, b_gate, b_up, approximate));
+  stack[0] = sd::from(geglu_stable::geglu_linear(x, w_gate, w_up, b_gate, b_up, approximate));
 }
-#endif
 
 }  // namespace
 
@@ -159,14 +157,12 @@ STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
           "Tensor pre, Tensor h, int needs, str approximate) -> (Tensor?, Tensor?, Tensor?, Tensor?, Tensor?, Tensor?, "
           "Tensor?)");
   ops.def("_linear_bias_gelu(Tensor x, Tensor weight, Tensor? bias, str approximate) -> Tensor");
-#if defined(CUDA_KERNEL)
-  ops.def("_geglu_linear_sm90(Tensor x, Tensor w_gate, Tensor w_up, Tensor? b_gate, Tensor? b_up, "
+  ops.def("_geglu_linear(Tensor x, Tensor w_gate, Tensor? w_up, Tensor? b_gate, Tensor? b_up, "
           "str approximate) -> Tensor");
-#endif
 }
 
 // Backend kernels only: the inference ops (_geglu_mlp, _linear_bias_gelu,
-// _geglu_linear_sm90) carry no autograd kernel, and linear.py calls them only where no
+// _geglu_linear) carry no autograd kernel, and linear.py calls them only where no
 // gradient is needed; _geglu_mlp_train and _geglu_mlp_backward are joined by linear._GegluMlpTrain.
 #if defined(CUDA_KERNEL)
 #define GEGLU_BACKEND CUDA
@@ -185,9 +181,7 @@ STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, GEGLU_BACKEND, ops) {
   ops.impl("_geglu_mlp_train", &boxed_geglu_mlp_train);
   ops.impl("_geglu_mlp_backward", &boxed_geglu_mlp_backward);
   ops.impl("_linear_bias_gelu", &boxed_linear_bias_gelu);
-#if defined(CUDA_KERNEL)
-  ops.impl("_geglu_linear_sm90", &boxed_geglu_linear_sm90);
-#endif
+  ops.impl("_geglu_linear", &boxed_geglu_linear);
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -52,6 +52,11 @@ std::tuple<OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, OptTensor, Opt
     const Tensor &grad, const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const Tensor &w_down,
     const OptTensor &b_gate, const Tensor &pre, const Tensor &h, int64_t needs, std::string_view approximate);
 
+// _geglu_linear (torch-ext/geglu_mlp.cpp): gelu(x @ w_gate.T + b_gate) * (x @ w_up.T +
+// b_up) as [..., hidden], inference, by _geglu_mlp's gate/up route (w_up absent: merged).
+Tensor geglu_linear(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, const OptTensor &b_gate,
+                    const OptTensor &b_up, std::string_view approximate);
+
 // _linear_bias_gelu (torch-ext/linear_bias_gelu.cpp): gelu(x @ weight.T + bias),
 // inference (linear.py takes the differentiable composition when a gradient is needed).
 Tensor linear_bias_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, std::string_view approximate);
@@ -90,11 +95,6 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
 // gelu(x @ weight.T + bias) as a new [M, N] tensor, or std::nullopt where it has no
 // faster kernel than cuBLAS for the call. x is [M, K] with M, K > 0, weight [N, K].
 OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, bool tanh);
-
-// _geglu_linear_sm90: the Hopper GEMM engine with the GeGLU in its epilogue
-// (geglu_kernels/cuda/mlp_kernels.cpp); x [M, K], weights [hidden, K].
-Tensor geglu_linear_sm90(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
-                         const OptTensor &b_up, std::string_view approximate);
 #endif
 
 }  // namespace geglu_stable

@@ -306,7 +306,7 @@ OptTensor launch_mlp_one_kernel(const Tensor &x, const Tensor &w_gate, const Ten
 OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
                         const OptTensor &b_up, bool tanh) {
   if (!sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
-  return launch_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, tanh);
+  return launch_gate_up("the fused gate/up GEMM", x, w_gate, w_up, b_gate, b_up, tanh);
 }
 
 OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual) {
@@ -372,35 +372,6 @@ OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTens
                                 ptr_or_null(bias), out.data_ptr(), out.stride(0), sm90_dtype(x), tanh, /*config=*/-1,
                                 geglu_cuda::current_stream(x)));
   return out;
-}
-
-// The op _geglu_linear_sm90: the engine behind torch's dispatcher, inference only.
-// linear.py routes a call here only where the engine serves it; the checks below say
-// why anything else is refused, rather than computing wrong.
-Tensor geglu_linear_sm90(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
-                         const OptTensor &b_up, std::string_view approximate) {
-  constexpr std::string_view op = "_geglu_linear_sm90";
-  constexpr DeviceType kCuda = DeviceType::CUDA;
-  check_input(op, "x", x, kCuda);
-  GEGLU_CHECK_VALUE(x.dim() == 2, op, ": x must be 2-d [tokens, in_features], got shape ", x.sizes());
-  const int64_t k = x.size(1), hidden = w_gate.size(0);
-  const int64_t w_shape[2] = {hidden, k};
-  check_matches(op, "w_gate", w_gate, "x", x, IntArrayRef(w_shape, 2), kCuda);
-  check_matches(op, "w_up", w_up, "x", x, IntArrayRef(w_shape, 2), kCuda);
-  GEGLU_CHECK_VALUE(w_gate.stride(0) == w_up.stride(0), op, ": w_gate and w_up must have one row stride, got ",
-                    w_gate.stride(0), " and ", w_up.stride(0));
-  const int64_t b_shape[1] = {hidden};
-  if (b_gate.has_value()) check_matches(op, "b_gate", *b_gate, "x", x, IntArrayRef(b_shape, 1), kCuda);
-  if (b_up.has_value()) check_matches(op, "b_up", *b_up, "x", x, IntArrayRef(b_shape, 1), kCuda);
-  const bool tanh = is_tanh(op, approximate);
-  GEGLU_CHECK_VALUE(engine_dtype(x), op, ": x must be bfloat16 or float16, got ", dtype_name(x.scalar_type()));
-  for (const Tensor *t : {&x, &w_gate, &w_up}) {
-    GEGLU_CHECK_VALUE(t->size(1) <= 1 || t->stride(1) == 1, op, ": x, w_gate and w_up need unit column stride");
-  }
-  for (const OptTensor *b : {&b_gate, &b_up}) {
-    GEGLU_CHECK_VALUE(!b->has_value() || (*b)->is_contiguous(), op, ": biases must be contiguous");
-  }
-  return launch_gate_up("_geglu_linear_sm90", x, w_gate, w_up, b_gate, b_up, tanh);
 }
 
 }  // namespace geglu_stable

@@ -437,7 +437,9 @@ def routes(kernel, monkeypatch):
     monkeypatch.setattr(lin, "F", _Recorder(F, {"linear"}, calls))
     monkeypatch.setattr(lin, "torch", _Recorder(torch, {"_addmm_activation", "addmm"}, calls))
     monkeypatch.setattr(
-        lin, "ops", _Recorder(lin.ops, {"_geglu_mlp", "_geglu_mlp_train", "_linear_bias_gelu", "_geglu_linear_fused"}, calls)
+        lin,
+        "ops",
+        _Recorder(lin.ops, {"_geglu_mlp", "_geglu_mlp_train", "_linear_bias_gelu", "_geglu_linear", "_geglu_linear_fused"}, calls),
     )
     impl = lin._fused_gate_up_impl
 
@@ -451,7 +453,8 @@ def routes(kernel, monkeypatch):
 
 def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
     """Which route each public call takes on this device. A compiled variant runs
-    geglu_mlp and linear_bias_gelu as one native op each (with or without grad); without
+    geglu_mlp, geglu_linear and linear_bias_gelu as one native op each (the inference ops;
+    geglu_mlp also with grad); without
     one (the noarch variant), the Python routes: CPU never Triton, never _addmm_activation
     (its CPU GELU is erf); CUDA the fused GEMM and cuBLASLt's GELU epilogue only without grad."""
     lin = kernel.linear
@@ -472,14 +475,15 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
         # Calls that need gradients: `_geglu_mlp_train` (inside linear._GegluMlpTrain).
         mlp_grad = (lambda python: ["_geglu_mlp_train"]) if native else (lambda python: python)
         lbg = (lambda python: ["_linear_bias_gelu"]) if native else (lambda python: python)
+        gate_up = (lambda python: ["_geglu_linear"]) if native else (lambda python: python)
         cases = [
             ("linear_bias", lambda: kernel.linear_bias(x, wg, b), ["linear"]),
             ("linear_bias_gelu tanh+bias", lambda: kernel.linear_bias_gelu(x, wg, b), lbg(["_addmm_activation"] if cuda else ["linear"])),
             # `_linear_bias_gelu` is an inference op: with gradients, the composition.
             ("linear_bias_gelu tanh+bias, grad", lambda: kernel.linear_bias_gelu(req(x), wg, b), ["linear"]),
             ("linear_bias_gelu exact", lambda: kernel.linear_bias_gelu(x, wg, b, approximate="none"), lbg(["linear"])),
-            ("geglu_linear", lambda: kernel.geglu_linear(x, wg, wu), fused),
-            ("geglu_linear merged", lambda: kernel.geglu_linear(x, wm), fused_merged),
+            ("geglu_linear", lambda: kernel.geglu_linear(x, wg, wu), gate_up(fused)),
+            ("geglu_linear merged", lambda: kernel.geglu_linear(x, wm), gate_up(fused_merged)),
             ("geglu_linear, grad", lambda: kernel.geglu_linear(x, req(wg), wu), ["linear", "linear"]),
             ("geglu_linear merged, grad", lambda: kernel.geglu_linear(req(x), wm), ["linear"]),
             ("geglu_mlp", lambda: kernel.geglu_mlp(x, wg, wu, wd), mlp(fused + ["linear"])),
@@ -491,7 +495,7 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
             ("geglu_mlp, empty, grad", lambda: kernel.geglu_mlp(req(x[:0]), wg, wu, wd), ["linear"] * 3),
         ]
         if cuda:  # the fused kernel reads unit-column-stride operands only
-            cases.append(("geglu_linear, transposed w_up", lambda: kernel.geglu_linear(x, wg, wu.t().contiguous().t()), ["linear", "linear"]))
+            cases.append(("geglu_linear, transposed w_up", lambda: kernel.geglu_linear(x, wg, wu.t().contiguous().t()), gate_up(["linear", "linear"])))
         for what, call, expected in cases:
             routes.clear()
             call()

@@ -1,5 +1,6 @@
-"""The Hopper GEMM engine (geglu_kernels/cuda/geglu_gemm_sm90.cu) through its op
-`_geglu_linear_sm90`, on an sm_90 GPU only: gelu(x @ w_gate.T + b_gate) * (x @ w_up.T +
+"""The Hopper GEMM engine (geglu_kernels/cuda/geglu_gemm_sm90.cu) through the op
+`_geglu_linear` (geglu_linear's inference op, which routes aligned bf16/fp16 calls to it),
+on an sm_90 GPU only: gelu(x @ w_gate.T + b_gate) * (x @ w_up.T +
 b_up) against a float64 reference over a grid of token counts and sizes (tails of every
 tile), both GELU forms, bfloat16 and float16, biases, separate and merged (view)
 weights; each of the four kernel variants the engine compiles, at the edges of the
@@ -9,8 +10,9 @@ shape pick that chooses them; the swap-AB gate/up (geglu_swapab_sm90.cu) that se
 up to 32 tokens with weights of >= 48 MiB, and both GEMMs in one kernel (mlp_fused_sm90.cu)
 where the output is as wide as x, at 1-32 tokens with such a weight and at 5-32 with one of
 40-48 MiB;
-> 2^31-element operands; the refusals (clear errors, never a wrong
-answer); and the route linear.py takes to it. Then the engine's bias +
+> 2^31-element operands; bad arguments (clear errors) and calls the engine does not
+take (torch's GEMM and the geglu kernel instead, never a wrong answer); and the route
+geglu_linear takes to it. Then the engine's bias +
 GELU GEMM (linear_gelu_sm90.cu) through linear_bias_gelu, and the table that routes
 that op to it.
 
@@ -33,13 +35,13 @@ DTYPES = [torch.bfloat16, torch.float16]
 
 @pytest.fixture(scope="module")
 def sm90(kernel):
-    """The op, where this GPU and the loaded variant have the engine."""
+    """The gate/up op, where this GPU runs the engine (the compiled CUDA variant)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Hopper engine runs on sm_90 GPUs (H100/H200) only")
     ops = kernel._ops.ops
-    if not hasattr(ops, "_geglu_linear_sm90"):
-        pytest.fail("the loaded CUDA variant lacks _geglu_linear_sm90: build it with `python -m tools.build`")
-    return ops._geglu_linear_sm90
+    if not hasattr(ops, "_geglu_linear") or "cuda" not in kernel.linear._NATIVE_MLP_DEVICE_TYPES:
+        pytest.fail("the loaded variant is not the compiled CUDA one: build it (docs/TESTING.md)")
+    return ops._geglu_linear
 
 
 def rand(shape, dtype, seed, scale=1.0):
@@ -198,31 +200,32 @@ def test_more_than_2_31_elements(sm90):
     assert_close(y[tail], reference(x[tail], wg, wu, None, None, "tanh"), dtype, k)
 
 
-def test_refusals_raise(sm90):
+@pytest.mark.profiler
+def test_bad_arguments_and_calls_the_engine_does_not_take(sm90):
+    """Bad arguments raise ValueError naming them. Calls the engine cannot take (float32,
+    a view at an odd element offset, which TMA cannot address, rows that are not whole
+    16-byte words) run torch's GEMM and the geglu kernel instead, with the same result."""
     dtype = torch.bfloat16
     x, wg, wu = rand((16, 64), dtype, 51), rand((32, 64), dtype, 52), rand((32, 64), dtype, 53)
-    with pytest.raises(ValueError, match="bfloat16 or float16"):
-        sm90(x.float(), wg.float(), wu.float(), None, None, "tanh")
     with pytest.raises(ValueError, match="w_up"):
         sm90(x, wg, wu[:16], None, None, "tanh")
     with pytest.raises(ValueError, match="approximate"):
         sm90(x, wg, wu, None, None, "erf")
     with pytest.raises(ValueError, match="b_gate"):
         sm90(x, wg, wu, rand((31,), dtype, 54), None, "tanh")
-    # A view at an odd element offset: TMA needs 16-byte aligned addresses.
-    buf = rand((16 * 64 + 1,), dtype, 55)
-    with pytest.raises(RuntimeError, match="refused"):
-        sm90(buf[1:].view(16, 64), wg, wu, None, None, "tanh")
-    # K whose rows are not a multiple of 16 bytes.
-    with pytest.raises(RuntimeError, match="refused"):
-        sm90(rand((16, 60), dtype, 56), rand((32, 60), dtype, 57), rand((32, 60), dtype, 58), None, None, "tanh")
+    odd_view = rand((16 * 64 + 1,), dtype, 55)[1:].view(16, 64)
+    k60 = rand((16, 60), dtype, 56), rand((32, 60), dtype, 57), rand((32, 60), dtype, 58)
+    for what, (xx, g, u) in [("float32", (x.float(), wg.float(), wu.float())), ("odd offset", (odd_view, wg, wu)), ("K = 60", k60)]:
+        names = _cuda_kernel_names(lambda: sm90(xx, g, u, None, None, "tanh"))
+        assert not any("geglu_sm90" in n or "geglu_swapab" in n for n in names), (what, names)
+        assert_close(sm90(xx, g, u, None, None, "tanh"), reference(xx, g, u, None, None, "tanh"), xx.dtype, xx.shape[1])
 
 
+@pytest.mark.profiler
 def test_linear_routes_to_the_engine_where_it_serves(sm90, kernel, monkeypatch):
-    """geglu_linear without gradients: the engine for aligned bf16/fp16 operands; the
-    Triton kernel for float32 (with TF32 allowed, as its dot computes) and for a
-    misaligned view; the composition with grads."""
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    """geglu_linear without gradients: the native op, which runs the engine for aligned
+    bf16/fp16 operands (the swap-AB gate/up at <= 32 tokens); with gradients, the
+    composition (no native op)."""
     lin = kernel.linear
     calls = []
     real_ops = lin.ops
@@ -230,27 +233,23 @@ def test_linear_routes_to_the_engine_where_it_serves(sm90, kernel, monkeypatch):
     class Spy:
         def __getattr__(self, name):
             op = getattr(real_ops, name)
-            if name in ("_geglu_linear_sm90", "_geglu_linear_fused"):
-                return lambda *a: (calls.append(name), op(*a))[1]
+            if name == "_geglu_linear":
+                spied = lambda *a: (calls.append(name), op(*a))[1]  # noqa: E731
+                spied.default = spied
+                return spied
             return op
 
-    impl = lin._fused_gate_up_impl
     monkeypatch.setattr(lin, "ops", Spy())
-    monkeypatch.setattr(lin, "_fused_gate_up_impl", lambda *a: (calls.append("triton"), impl(*a))[1])
     dtype = torch.bfloat16
     x, w = rand((64, 256), dtype, 61), rand((512, 256), dtype, 62, scale=1 / 16)
     expected = reference(x, w[:256], w[256:], None, None, "tanh")
-    for what, call, route in [
-        ("aligned bf16", lambda: kernel.geglu_linear(x, w), "_geglu_linear_sm90"),
-        ("float32", lambda: kernel.geglu_linear(x.float(), w.float()), "triton"),
-        ("misaligned x", lambda: kernel.geglu_linear(rand((64 * 256 + 1,), dtype, 63)[1:].view(64, 256), w), "triton"),
-    ]:
+    for m, engine in [(64, "geglu_sm90"), (16, "geglu_swapab")]:
         calls.clear()
         with torch.no_grad():
-            y = call()
-        assert calls == [route], what
-        if what == "aligned bf16":
-            assert_close(y, expected, dtype, 256)
+            names = _cuda_kernel_names(lambda: kernel.geglu_linear(x[:m], w))
+            y = kernel.geglu_linear(x[:m], w)
+        assert calls == ["_geglu_linear"] * 2 and any(engine in n for n in names), (m, names)
+        assert_close(y, expected[:m], dtype, 256)
     calls.clear()
     kernel.geglu_linear(x, w.requires_grad_())
     assert calls == [], "a call that needs gradients takes the composition"

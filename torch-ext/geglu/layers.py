@@ -38,21 +38,8 @@ from .linear import geglu_linear, geglu_mlp_call, linear_bias_gelu
 
 # dtypes the kernels compute in (math in float32).
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_HALF_DTYPES = (torch.float16, torch.bfloat16)
 _DENSE_TYPES = (nn.Parameter, torch.Tensor)
 _LINEAR, _LINEAR_FORWARD = nn.Linear, nn.Linear.forward
-
-_SM90_BY_DEVICE: dict = {}
-
-
-def _is_sm90(x: torch.Tensor) -> bool:
-    """Whether CUDA tensor x lives on a compute capability 9.0 GPU (H100/H200), where
-    the package's Hopper engine runs; asked once per device."""
-    index = x.get_device()
-    known = _SM90_BY_DEVICE.get(index)
-    if known is None:
-        known = _SM90_BY_DEVICE[index] = torch.cuda.get_device_capability(index) == (9, 0)
-    return known
 
 
 # Transformers activation classes by the GELU they compute, matched by class name
@@ -310,29 +297,22 @@ class BiasGeluIntermediate(nn.Module):
     copies). Reads `dense` (nn.Linear) and `intermediate_act_fn`, whose GELU flavour it
     reads from the activation.
 
-    One GEMM with bias and GELU in the epilogue where there is one, through the op
-    `_linear_bias_gelu` (which picks it: docs/DESIGN.md): the tanh GELU with a bias on
-    CUDA (cuBLASLt's GELU_BIAS epilogue, or the Hopper engine's), and on Hopper (sm_90)
-    the exact GELU, BERT's own, in bf16/fp16 (the engine; 1.08-1.22x linear + gelu at
-    M >= 4096). Everywhere else no fused kernel exists and the op would run the same
-    linear + gelu with more host time (0.89x eager at one token on the H100), so the
-    module runs its own computation."""
+    `linear_bias_gelu`, whose native op picks the kernel (docs/DESIGN.md): on Hopper
+    (sm_90) the engine's GEMM with bias and GELU in its epilogue, on CUDA the tanh GELU
+    with a bias in cuBLASLt's GELU_BIAS epilogue, else torch's GEMM and this package's
+    GELU kernel in place."""
 
     has_backward = True
     can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         act, dense = _submodules(self, "intermediate_act_fn", "dense")
-        if hidden_states.is_cuda:
-            approximate = _gelu_approximate(act)
-            fused = approximate == "tanh" or (
-                approximate == "none" and hidden_states.dtype in _HALF_DTYPES and _is_sm90(hidden_states)
-            )
-            operands = _linear_operands(hidden_states, dense) if fused else None
-            if operands is not None and (operands[1] is not None or approximate == "none"):
-                weight, bias = operands
-                return linear_bias_gelu(hidden_states, weight, bias, approximate=approximate)
-        return act(dense(hidden_states))
+        approximate = _gelu_approximate(act)
+        operands = _linear_operands(hidden_states, dense) if approximate is not None else None
+        if operands is None:
+            return act(dense(hidden_states))
+        weight, bias = operands
+        return linear_bias_gelu(hidden_states, weight, bias, approximate=approximate)
 
 
 __all__ = [

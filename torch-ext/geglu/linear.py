@@ -5,30 +5,25 @@ Weights are in nn.Linear layout, [out_features, in_features]; x has any number o
 leading dimensions (flattened to [tokens, in_features]). Every function validates
 its arguments once and is differentiable (x, weights, biases, residual).
 
-On a compiled variant geglu_mlp and linear_bias_gelu are one native op call each
-(torch-ext/: `_geglu_mlp` and `_linear_bias_gelu` for inference; `_geglu_mlp_train` and
-`_geglu_mlp_backward`, joined by `_GegluMlpTrain` here, for calls that need gradients), which check the
-arguments (torch-ext/gemm_checks.h: the messages of _checks.py) and pick the
-kernels in C++; what follows is the Python route they replace, which the noarch
-(Triton-only) variant, tensor subclasses, torch.compile with gradients and
-linear_bias_gelu with gradients take.
-
-Routes (why each one wins, with the measurements: docs/DESIGN.md):
+On a compiled variant geglu_mlp, geglu_linear and linear_bias_gelu are one native op
+call each (torch-ext/: `_geglu_mlp`, `_geglu_linear` and `_linear_bias_gelu` for
+inference; `_geglu_mlp_train` and `_geglu_mlp_backward`, joined by `_GegluMlpTrain` here,
+for calls that need gradients), which check the arguments (torch-ext/gemm_checks.h: the
+messages of _checks.py) and pick the kernels in C++, in one place
+(geglu_kernels/cuda/mlp_kernels.cpp; docs/DESIGN.md says why each route wins). What
+follows is the Python route, which the noarch (Triton-only) variant, tensor subclasses,
+torch.compile with gradients and calls that need gradients take:
 
     linear_bias        F.linear: cuBLAS(Lt) with the bias in its epilogue.
     linear_bias_gelu   tanh GELU with a bias on CUDA and no gradient needed:
                        cuBLASLt's GELU_BIAS epilogue (torch._addmm_activation, which has
                        no derivative); otherwise F.linear, then F.gelu.
-    geglu_linear       no gradient needed, on CUDA: one fused gate/up GEMM with the GeGLU
-                       in its epilogue (`_fused_gate_up`): the Hopper engine on sm_90
-                       (geglu_kernels/cuda/geglu_gemm_sm90.cu), the Triton kernel
-                       elsewhere (triton_kernels/gemm.py);
-                       otherwise `_composed_gate_up`: torch's GEMMs, then the package's
+    geglu_linear       no gradient needed, on CUDA: the Triton fused gate/up GEMM
+                       (`_fused_gate_up`, triton_kernels/gemm.py); otherwise
+                       `_composed_gate_up`: torch's GEMMs, then the package's
                        differentiable geglu.
     geglu_mlp          geglu_linear's routes, then the down projection on cuBLAS with its
-                       bias and the residual (`_down_proj`). The native op takes the same
-                       routes in C++ (the Hopper engine where it serves, else cuBLAS and
-                       the geglu kernel) and trains through `_GegluMlpTrain`.
+                       bias and the residual (`_down_proj`).
 
 Merged gate/up weight: w_up=None means w_gate is [2*hidden, in] with the gate rows
 first (a fused gate_up_proj), read in place; its bias is then either merged (b_gate
@@ -127,52 +122,8 @@ if triton_gemm is not None and not hasattr(ops, "_geglu_linear_fused"):
     ).register_fake(_fused_gate_up_fake)
 
 
-# Compiled CUDA variants carry the Hopper GEMM engine (geglu_kernels/cuda/geglu_gemm_sm90.cu,
-# op _geglu_linear_sm90); on an sm_90 GPU it serves every token count (docs/DESIGN.md).
-_SM90_ENGINE = hasattr(ops, "_geglu_linear_sm90")
-_SM90_DTYPES = (torch.bfloat16, torch.float16)
-_CAPABILITY = {}
-
-if _SM90_ENGINE:
-    try:
-        torch.library.register_fake(add_op_namespace_prefix("_geglu_linear_sm90"), _fused_gate_up_fake)
-    except RuntimeError:  # a second import of the same build: registered by the first
-        pass
-
-
-def _capability(device: torch.device):
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _CAPABILITY:
-        _CAPABILITY[index] = torch.cuda.get_device_capability(index)
-    return _CAPABILITY[index]
-
-
-def _aligned16(t: Tensor) -> bool:
-    """16-byte aligned base and row stride, as TMA reads a matrix. Under torch.compile
-    (and for tensor subclasses) there is no address to read: the base is taken as
-    aligned, as the caching allocator's blocks are, and a view that is not makes the
-    op raise at run time rather than compute wrong."""
-    elems = 16 // t.element_size()
-    traced = torch.compiler.is_compiling() or not all_plain(t)
-    return (traced or t.data_ptr() % 16 == 0) and t.stride(0) % elems == 0 and t.shape[1] % elems == 0
-
-
-def _sm90_serves(x: Tensor, g: _GateUp) -> bool:
-    """Whether the Hopper engine takes this call (its launcher checks the same rules)."""
-    return (
-        _SM90_ENGINE
-        and x.dtype in _SM90_DTYPES
-        and _capability(x.device) == (9, 0)
-        and g.w_gate.stride(0) == g.w_up.stride(0)
-        and g.w_gate.shape[0] % 8 == 0  # the output's rows, 16-byte aligned
-        and all(_aligned16(t) for t in (x, g.w_gate, g.w_up))
-        and all(b is None or b.is_contiguous() for b in (g.b_gate, g.b_up))
-    )
-
-
 def _fused_gate_up(x: Tensor, g: _GateUp, approximate: str) -> Optional[Tensor]:
-    """The fused gate/up GEMM for this call (the Hopper engine where it serves, else the
-    Triton kernel), or None where neither runs: not CUDA, no triton, an empty problem,
+    """The Triton fused gate/up GEMM for this call, or None where it does not run: not CUDA, no triton, an empty problem,
     an operand without unit column stride, or float32 while torch keeps float32 matmuls
     in full precision (the Triton kernel's float32 dot is TF32, which torch runs only
     when `torch.backends.cuda.matmul.allow_tf32` says so; its default is off)."""
@@ -183,8 +134,6 @@ def _fused_gate_up(x: Tensor, g: _GateUp, approximate: str) -> Optional[Tensor]:
     if any(t.stride(-1) != 1 for t in (x, g.w_gate, g.w_up)):
         return None
     args = (x, *g, approximate)
-    if _sm90_serves(x, g):
-        return ops._geglu_linear_sm90(*args)
     if triton_gemm is None:
         return None
     if direct_call_ok(*args[:5]):
@@ -322,6 +271,12 @@ def _check_linear_bias_gelu(x, weight, bias, approximate) -> None:
     check_approximate("approximate", approximate)
 
 
+def _geglu_linear_fake(x, w_gate, w_up, b_gate, b_up, approximate):
+    """Shapes of _geglu_linear (an inference op) under torch.compile / fake tensors."""
+    hidden = _check_geglu_linear(x, w_gate, w_up, b_gate, b_up, approximate)
+    return x.new_empty((*x.shape[:-1], hidden))
+
+
 def _linear_bias_gelu_fake(x, weight, bias, approximate):
     """Shapes of _linear_bias_gelu (an inference op) under torch.compile / fake tensors."""
     _check_linear_bias_gelu(x, weight, bias, approximate)
@@ -333,6 +288,7 @@ if _NATIVE_MLP_DEVICE_TYPES:
         torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_fake)
         torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_backward"), _geglu_mlp_backward_fake)
         torch.library.register_fake(add_op_namespace_prefix("_linear_bias_gelu"), _linear_bias_gelu_fake)
+        torch.library.register_fake(add_op_namespace_prefix("_geglu_linear"), _geglu_linear_fake)
     except RuntimeError:  # a second import of the same build: registered by the first
         pass
 
@@ -407,11 +363,23 @@ def geglu_linear(
     weight (gate rows first), read in place; its bias is then either merged
     (b_gate [2*hidden], b_up None) or split (b_gate, b_up of [hidden]).
     Returns [..., hidden]."""
+    operands = (w_gate, w_up, b_gate, b_up)
+    if w_gate is not None and _native_call(x, operands, approximate) and not _needs_grad(x, *operands):
+        try:
+            return ops._geglu_linear.default(x, w_gate, w_up, b_gate, b_up, approximate)
+        except RuntimeError:
+            _refused_by_dispatcher(_check_geglu_linear, x, *operands, approximate)
+    hidden = _check_geglu_linear(x, *operands, approximate)
+    h = _gate_up(_flatten_tokens(x), w_gate, w_up, b_gate, b_up, approximate)
+    return h if x.dim() == 2 else h.reshape(*x.shape[:-1], hidden)
+
+
+def _check_geglu_linear(x, w_gate, w_up, b_gate, b_up, approximate) -> int:
+    """geglu_linear's checks (the native op's, torch-ext/gemm_checks.h, say the same); hidden."""
     check_x(x)
     hidden = check_gate_up(x, w_gate, w_up, b_gate, b_up)
     check_approximate("approximate", approximate)
-    h = _gate_up(_flatten_tokens(x), w_gate, w_up, b_gate, b_up, approximate)
-    return h if x.dim() == 2 else h.reshape(*x.shape[:-1], hidden)
+    return hidden
 
 
 def geglu_mlp(
