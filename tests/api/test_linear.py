@@ -924,9 +924,10 @@ def test_cuda_mlp_gemma_shape(kernel, m, grad):
 @pytest.mark.parametrize("allow_tf32", [False, True], ids=["fp32", "tf32"])
 def test_cuda_float32_follows_torch_tf32_switch(kernel, allow_tf32, monkeypatch):
     """float32 geglu_linear computes as torch's matmuls do: full float32 while
-    torch.backends.cuda.matmul.allow_tf32 is off (its default), TF32 (the Triton
-    kernel) when it is on. At K = 768 TF32 inputs leave a ~1e-3 relative error, full
-    float32 ~1e-6, so the first bound fails if the TF32 kernel serves the call."""
+    torch.backends.cuda.matmul.allow_tf32 is off (its default), TF32 (the native op's
+    cuBLAS GEMM, or the noarch variant's Triton kernel) when it is on. At K = 768 TF32
+    inputs leave a ~1e-3 relative error, full float32 ~1e-6, so the first bound fails if
+    a TF32 kernel serves the call."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", allow_tf32)
     x = rand((64, 768), torch.float32, seed=1)
     wg, wu = weight(512, 768, torch.float32, 2), weight(512, 768, torch.float32, 3)
@@ -1007,9 +1008,10 @@ def test_cuda_more_than_2_31_elements(tg, kernel_kind):
 @pytest.mark.cuda
 def test_cuda_new_token_counts_do_not_recompile(kernel, tg, monkeypatch):
     """Within an M bucket a new token count reuses the compiled Triton kernels (M is not
-    specialized on; K and N stay fixed as for one layer). float32 with TF32 allowed:
-    geglu_linear's Triton route on every GPU (geglu_mlp runs the native op, no Triton)."""
+    specialized on; K and N stay fixed as for one layer). geglu_linear's route in a
+    variant without the native ops (noarch), with float32 under TF32 as bf16 would take."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    monkeypatch.setattr(kernel.linear, "_NATIVE_MLP_FLAG", None)
     dtype = torch.float32
     wg, wu = weight(3072, 768, dtype, 1), weight(3072, 768, dtype, 2)
 

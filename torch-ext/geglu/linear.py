@@ -142,8 +142,11 @@ def _fused_gate_up(x: Tensor, g: _GateUp, approximate: str) -> Optional[Tensor]:
 
 
 def _gate_up(x: Tensor, w_gate, w_up, b_gate, b_up, approximate: str) -> Tensor:
-    """geglu_linear on [M, K] x, routed."""
-    if not _needs_grad(x, w_gate, w_up, b_gate, b_up):
+    """geglu_linear on [M, K] x by the Python route: the Triton fused GEMM in a variant
+    without the native op (noarch) where no gradient is needed; else the composition,
+    which is also what a compiled variant's native op runs where its engine does not
+    serve, so tensor subclasses there take the same kernels as plain tensors."""
+    if _NATIVE_MLP_FLAG is None and not _needs_grad(x, w_gate, w_up, b_gate, b_up):
         h = _fused_gate_up(x, _split_gate_up(w_gate, w_up, b_gate, b_up), approximate)
         if h is not None:
             return h
