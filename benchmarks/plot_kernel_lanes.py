@@ -17,7 +17,7 @@ _COLOURS = {"gemm": "#4C72B0", "fused": "#55A868", "elementwise": "#DD8452", "ot
 
 def short_kernel_name(name: str) -> str:
     """A few words for a kernel or op name: the package's kernels by what they are,
-    cuBLAS's GEMM kernels (nvjet / xmma / cutlass names) as "cuBLAS GEMM", ATen's
+    other GEMM kernels (cuBLAS's nvjet / xmma / gemm names) as "cuBLAS GEMM", ATen's
     elementwise kernels by their functor, Inductor's by their fused ops, templates and
     namespaces stripped from the rest."""
     low = name.lower()
@@ -33,18 +33,23 @@ def short_kernel_name(name: str) -> str:
             return "geglu GEMM (sm90)"
         if "geglu_cuda::" in name:
             return "geglu kernel"
-        return re.split(r"[<(]", re.sub(r"^void\s+", "", name), maxsplit=1)[0].split("::")[-1][:32]
+        if name in ("_geglu_tile_kernel", "_geglu_tma_kernel"):  # triton_kernels/gemm.py
+            return "geglu GEMM (Triton)"
+        if name == "_geglu_splitk_reduce_kernel":
+            return "geglu split-K reduce"
+        if name.startswith("_geglu_tanh_forward"):  # liger_kernel/ops/geglu.py
+            return "Liger geglu"
     if "elementwise_kernel" in low or "vectorized" in low:
         for functor, short in (("gelu", "gelu"), ("mul", "mul"), ("add", "add"), ("copy", "copy")):
             if functor in low:
                 return f"aten {short}"
         return "aten elementwise"
-    if "nvjet" in low or "xmma" in low or ("gemm" in low and ("cublas" in low or "cutlass" in low)):
+    if "nvjet" in low or "xmma" in low or "gemm" in low:  # nvjet_*, sm90_xmma_*, ampere_*gemm*, cutlass_80_*
         return "cuBLAS GEMM"
     base = re.sub(r"^void\s+", "", name)
     base = re.split(r"[<(]", base, maxsplit=1)[0]
     base = base.split("::")[-1]
-    return base[:32]
+    return re.sub(r"_kernel$", "", base.lstrip("_"))[:32]
 
 
 def kernel_kind(name: str) -> str:
@@ -85,11 +90,11 @@ def plot_lanes(rows, path, title: str = "") -> bool:
     ax.set_yticklabels([rung for rung, _ in reversed(rows)])
     ax.set_xlim(0, span * 1.05)
     ax.set_xlabel("us from the forward's first kernel (right: kernels per forward)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=9, loc="left")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLOURS.values()]
-    ax.legend(handles, list(_COLOURS), loc="lower right", fontsize=7, ncol=4)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    ax.legend(handles, list(_COLOURS), loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=4,
+              frameon=False)  # fmt: skip
+    fig.savefig(path, dpi=150, bbox_inches="tight")  # the legend above the axes included
     plt.close(fig)
     print(f"wrote {path}")
     return True
