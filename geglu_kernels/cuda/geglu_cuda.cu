@@ -28,19 +28,26 @@ void check_cuda(cudaError_t status, const char *what) {
 }
 
 // ----------------------------------------------------------------------------- ops
-// Each op maps float inputs to float outputs for one element. kMinBlocksPerSm bounds
-// the registers of its kernel (65536 / (256 * blocks) per thread): the forward fits
-// 64 with no spills (4 blocks of 256 threads per SM, 128 KB of loads in flight per
+// Each op maps float inputs to float outputs for one element; `apply<T>` knows the
+// storage type T of the tensors (the kernel converts T to float and back). kMinBlocksPerSm
+// bounds the registers of its kernel (65536 / (256 * blocks) per thread): the forward
+// fits 64 with no spills (4 blocks of 256 threads per SM, 128 KB of loads in flight per
 // SM); the backward needs ~116 to hold 12 loads and not spill (2 blocks, 96 KB).
 // tools/nvcc_check.py reports registers and spills per kernel.
+//
+// The forward ops are bit for bit what eager PyTorch computes (the activation contract
+// of kernels-community/activation): F.gelu is gelu_eager (gelu_math.cuh), and
+// gelu(gate) * up is eager's two kernels fused: F.gelu's result rounded to T, then
+// ATen's multiply (in float for half types, "opmath"), rounded to T on store.
 
 template <bool kTanh>
 struct GeluOp {
   static constexpr int kMinBlocksPerSm = 4;
   static constexpr int kIn = 1;   // x
   static constexpr int kOut = 1;  // gelu(x)
-  __device__ __forceinline__ void operator()(const float (&in)[kIn], float (&out)[kOut]) const {
-    out[0] = gelu<kTanh>(in[0]);
+  template <typename T>
+  __device__ __forceinline__ void apply(const float (&in)[kIn], float (&out)[kOut]) const {
+    out[0] = gelu_eager<kTanh>(in[0]);
   }
 };
 
@@ -49,17 +56,21 @@ struct GegluOp {
   static constexpr int kMinBlocksPerSm = 4;
   static constexpr int kIn = 2;   // gate, up
   static constexpr int kOut = 1;  // gelu(gate) * up
-  __device__ __forceinline__ void operator()(const float (&in)[kIn], float (&out)[kOut]) const {
-    out[0] = gelu<kTanh>(in[0]) * in[1];
+  template <typename T>
+  __device__ __forceinline__ void apply(const float (&in)[kIn], float (&out)[kOut]) const {
+    out[0] = round_to<T>(gelu_eager<kTanh>(in[0])) * in[1];
   }
 };
 
+// Not part of the eager contract (autograd's gelu_backward + mul differ in their own
+// roundings): float32 math throughout, see gelu_math.cuh.
 template <bool kTanh>
 struct GegluBackwardOp {
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kIn = 3;   // grad_out, gate, up
   static constexpr int kOut = 2;  // grad_gate, grad_up
-  __device__ __forceinline__ void operator()(const float (&in)[kIn], float (&out)[kOut]) const {
+  template <typename T>
+  __device__ __forceinline__ void apply(const float (&in)[kIn], float (&out)[kOut]) const {
     float value, derivative;
     gelu_and_derivative<kTanh>(in[1], value, derivative);
     out[0] = in[0] * in[2] * derivative;  // d/dgate (gelu(gate) * up)
@@ -135,7 +146,7 @@ __global__ void __launch_bounds__(kMaxThreads, Op::kMinBlocksPerSm)
           float v[Op::kIn], o[Op::kOut];
 #pragma unroll
           for (int k = 0; k < Op::kIn; ++k) v[k] = f[k][j];
-          op(v, o);
+          op.template apply<T>(v, o);
 #pragma unroll
           for (int k = 0; k < Op::kOut; ++k) y[k][j] = o[k];
         }
@@ -148,7 +159,7 @@ __global__ void __launch_bounds__(kMaxThreads, Op::kMinBlocksPerSm)
       float v[Op::kIn], o[Op::kOut];
 #pragma unroll
       for (int k = 0; k < Op::kIn; ++k) v[k] = to_float(in[k][e]);
-      op(v, o);
+      op.template apply<T>(v, o);
 #pragma unroll
       for (int k = 0; k < Op::kOut; ++k) out[k][e] = from_float<T>(o[k]);
     }

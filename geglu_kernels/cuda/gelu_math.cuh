@@ -3,6 +3,11 @@
 //   exact:  gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
 //   tanh:   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 //
+// Two sets: `gelu_eager` (at the end) is eager PyTorch's own CUDA formula, bit for bit,
+// for the activation kernels (gelu, gelu_and_mul, geglu forward: the contract of
+// kernels-community/activation). The fast forms below serve the fused GEMM epilogues
+// (`gelu`) and the backward (`gelu_and_derivative`), which promise accuracy, not bits.
+//
 // These kernels run at memory bandwidth only if the math stays cheap: at 4 TB/s an
 // H100/H200 SM has ~50 instruction slots per bf16 element of geglu, fewer for the
 // backward. So:
@@ -104,6 +109,43 @@ __device__ __forceinline__ void gelu_and_derivative(float x, float &value, float
     value = x * cdf;
     derivative = fmaf(x, pdf, cdf);  // Phi(x) + x phi(x)
     if (x < -kErfSaturation) value = derivative = 0.0f;
+  }
+}
+
+// ----------------------------------------------------------------------------- eager
+
+// F.gelu as eager PyTorch computes it on CUDA: ATen's GeluCUDAKernelImpl
+// (aten/src/ATen/native/cuda/ActivationGeluKernel.cu), in float ("opmath") for every
+// storage type, operation for operation:
+//   exact:  x * 0.5 * (1 + erf(x * M_SQRT1_2))
+//   tanh:   0.5 * x * (1 + tanh(kBeta * (x + kKappa * (x * x * x)))),
+//           kBeta = M_SQRT2 * M_2_SQRTPI * 0.5, kKappa = 0.044715
+// Its constants are double expressions rounded to float once (as ATen's constexpr
+// opmath_t initializers are); the literals are glibc's M_SQRT2, M_2_SQRTPI, M_SQRT1_2.
+// erff and tanhf are CUDA's full-precision functions (no --use_fast_math in this build,
+// nor in ATen's), and denormals are kept (no -ftz) on both sides. With nvcc's default
+// --fmad=true, `kKappa * x_cube + x` contracts into one FMA here as in ATen's build;
+// nothing else does (no other product feeds a sum outside erff / tanhf). The
+// expressions keep ATen's shape and order: reassociating any of them changes the
+// roundings, hence the bits. (Checked with nvcc 13.0: ATen's lambda bodies and these
+// compile to the same PTX for sm_90a.) The result is rounded to the storage type by
+// the caller, as ATen's kernel returns scalar_t.
+// Cost: erff / tanhf are ~20-30 instructions with a branch; the elementwise kernels
+// stay memory bound (one transcendental per element), unlike the GEMM epilogues.
+template <bool kTanh>
+__device__ __forceinline__ float gelu_eager(float x) {
+  constexpr double kSqrt2 = 1.41421356237309504880;          // M_SQRT2
+  constexpr double kTwoOverSqrtPi = 1.12837916709551257390;  // M_2_SQRTPI
+  constexpr double kSqrtHalf = 0.70710678118654752440;       // M_SQRT1_2
+  if constexpr (kTanh) {
+    constexpr float kBeta = static_cast<float>(kSqrt2 * kTwoOverSqrtPi * 0.5);
+    constexpr float kKappaEager = static_cast<float>(0.044715);
+    const float x_cube = x * x * x;
+    const float inner = kBeta * (x + kKappaEager * x_cube);
+    return 0.5f * x * (1.0f + tanhf(inner));
+  } else {
+    constexpr float kAlpha = static_cast<float>(kSqrtHalf);
+    return x * 0.5f * (1.0f + erff(x * kAlpha));
   }
 }
 

@@ -81,6 +81,13 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// x rounded to T and widened back: the float value a T tensor holds after storing x
+// (eager rounds F.gelu's result to the storage type before a following multiply).
+template <typename T>
+__device__ __forceinline__ float round_to(float x) {
+  return to_float(from_float<T>(x));
+}
+
 // Two floats to one 32-bit pair: a single cvt.rn.{bf16x2,f16x2}.f32 instruction.
 __device__ __forceinline__ __half2 pair_from_floats(__half, float a, float b) {
   return __floats2half2_rn(a, b);
