@@ -9,8 +9,10 @@ the same weights.
     kernelized      SimpleGeGLUMLP after kernels.kernelize swapped in the package's
                     GeGLUMLP layer (the forward a Transformers model gets)
 
-On an H100 / H200 both geglu rungs are one native op (`_geglu_mlp`) whose gate/up GEMM
-carries the GeGLU in its epilogue: 2 kernels. With `without_sm90`, two rungs show what
+Both geglu rungs are one native op (`_geglu_mlp`). On an H100 / H200 at the post's
+8192 tokens its routes (geglu_kernels/cuda/mlp_kernels.cpp) launch the gate/up GEMM
+with the GeGLU in its epilogue, then cuBLAS's down GEMM: 2 kernels (at 1-32 tokens other
+kernels serve). With `without_sm90`, two rungs show what
 a GPU without the Hopper engine (A100-class) runs, on the same card; see
 `sm90_off_rungs` for why they are built the way they are.
 """
@@ -78,7 +80,7 @@ def compile_rung(model: SimpleGeGLUMLP, device: str) -> Rung:
     # CPU as the Triton kernel shows on a GPU (an option of this compile only).
     options = {"cpp.enable_kernel_profile": True} if device == "cpu" else None
     compiled = torch.compile(copy.deepcopy(model), dynamic=False, options=options)
-    return Rung("torch.compile", "Inductor: cuBLAS GEMMs + one fused GELU*mul kernel", forward=compiled)
+    return Rung("torch.compile", "Inductor: the 3 GEMMs + one fused GELU*mul kernel", forward=compiled)
 
 
 def liger_rung(model: SimpleGeGLUMLP, device: str) -> Rung:
@@ -87,6 +89,8 @@ def liger_rung(model: SimpleGeGLUMLP, device: str) -> Rung:
         from liger_kernel.transformers.geglu import LigerGEGLUMLP
     except ImportError as e:
         return Rung("liger", what, skipped=f"liger-kernel is not installed ({e})")
+    except Exception as e:  # installed, but its import fails here (a triton it does not support)
+        return Rung("liger", what, skipped=f"liger-kernel does not import: {e!r}")
     if device != "cuda":
         return Rung("liger", what, skipped="Liger's kernels are Triton GPU kernels: CUDA only")
     dim, hidden = model.gate_proj.in_features, model.gate_proj.out_features
@@ -147,7 +151,8 @@ def sm90_off_rungs(model: SimpleGeGLUMLP, geglu, device: str) -> list:
     geglu_mlp do not take). So these rungs run the same kernels by other calls:
 
     - geglu_mlp fallback: what `_geglu_mlp` launches where `is_sm90()` is false
-      (torch-ext/geglu_mlp.cpp: `gate_up`, `geglu_halves`, `down`): two cuBLAS GEMMs
+      (torch-ext/geglu_mlp.cpp: `gate_up_geglu` falls back to `gate_up` and
+      `geglu_halves`, then `down`; the same on any non-sm_90 GPU): two cuBLAS GEMMs
       writing the column halves of one [tokens, 2*hidden] buffer, the package's geglu
       kernel on the halves in place, the down GEMM. The GPU lane is the A100's; the host
       ops are these Python calls', not the one native op's.
