@@ -58,7 +58,8 @@ class Rung:
     name: str
     what: str  # one line: what runs
     forward: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-    skipped: Optional[str] = None
+    skipped: Optional[str] = None  # a rung this machine cannot run (no Liger, no CUDA)
+    failed: Optional[str] = None  # a rung that should run and could not be built
     sm90_engine: str = "n/a"  # "on", "off" or "n/a": whether the Hopper engine may serve it
     op_namespaces: set = field(default_factory=set)  # the package's op namespaces it calls
 
@@ -208,6 +209,15 @@ def sm90_engine_serves(geglu, device: str, dtype: torch.dtype) -> bool:
     )
 
 
+def _built(name: str, build) -> Rung:
+    """build(), or a failed rung saying why: one broken rung (kernelize keeping the
+    original forward, say) must not cost the others' profiles."""
+    try:
+        return build()
+    except Exception as e:
+        return Rung(name, "", failed=repr(e))
+
+
 def ladder(model: SimpleGeGLUMLP, geglu, device: str, without_sm90: bool = False, only=None) -> list:
     """The rungs in the post's order, ours last; `only`: names to keep (others are dropped)."""
     engine = "on" if sm90_engine_serves(geglu, device, model.gate_proj.weight.dtype) else "n/a"
@@ -218,7 +228,7 @@ def ladder(model: SimpleGeGLUMLP, geglu, device: str, without_sm90: bool = False
         "geglu_mlp": lambda: geglu_mlp_rung(model, geglu, engine),
         "kernelized": lambda: kernelized_rung(model, device, engine),
     }
-    rungs = [build() for name, build in builders.items() if only is None or name in only]
+    rungs = [_built(name, build) for name, build in builders.items() if only is None or name in only]
     if without_sm90:
         rungs += sm90_off_rungs(model, geglu, device)
     return rungs

@@ -181,9 +181,11 @@ def main(argv=None) -> int:
         rungs = ladder(model, geglu, device, without_sm90=args.without_sm90, only=set(args.rungs.split(",")))
         for rung in rungs:
             entry = {"name": rung.name, "what": rung.what, "sm90_engine": rung.sm90_engine}
-            if rung.skipped:
-                print(f"\n== {rung.name}: skipped: {rung.skipped}")
-                summary["rungs"].append({**entry, "status": "skipped", "reason": rung.skipped})
+            if rung.skipped or rung.failed:
+                status = "skipped" if rung.skipped else "failed"
+                ok = ok and status == "skipped"
+                print(f"\n== {rung.name}: {status.upper() if rung.failed else status}: {rung.skipped or rung.failed}")
+                summary["rungs"].append({**entry, "status": status, "reason": rung.skipped or rung.failed})
                 continue
             trace = args.trace_dir / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', rung.name)}.json" if args.trace_dir else None
             try:
