@@ -90,13 +90,13 @@ def test_fused_op_matches_its_direct_call_and_has_no_autograd(kernel):
 
 @pytest.mark.cuda
 def test_cuda_fused_gate_up_goes_through_the_op_only_when_needed(kernel, monkeypatch):
-    """No-grad eager geglu_linear calls the Triton implementation directly; where the
-    fast path is refused (compile, meta, subclasses) it calls the registered op, with
-    the same result. float32 operands with TF32 allowed: the Triton kernel's route on
-    every GPU (the Hopper engine takes bfloat16/float16 on sm_90:
-    tests/kernels/test_gemm_sm90.py)."""
+    """In a variant without the native ops (noarch), where geglu_linear's no-grad CUDA
+    route is the Triton kernel: an eager call runs its implementation directly; where the
+    fast path is refused (compile, meta, subclasses) it calls the registered op, with the
+    same result. float32 operands with TF32 allowed, as the Triton kernel computes them."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)  # float32's fused route needs TF32 allowed
     lin = kernel.linear
+    monkeypatch.setattr(lin, "_NATIVE_MLP_FLAG", None)
     calls = []
     impl, ops = lin._fused_gate_up_impl, lin.ops
 

@@ -14,6 +14,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO
 
@@ -95,6 +96,8 @@ def test_liger_is_skipped_with_a_reason_on_cpu(ladder_run):
 
 @pytest.mark.parametrize("name", ["geglu_mlp", "kernelized"])
 def test_geglu_rung_is_one_native_op(ladder_run, name):
+    if name == "kernelized" and torch.cuda.is_available():
+        pytest.skip("kernelize's LocalLayerRepository loads the CUDA variant on a CUDA torch: no native CPU op")
     _, summary, _, _ = ladder_run
     rung, eager = _rung(summary, name), _rung(summary, "eager")
     assert rung["status"] == "ran"
