@@ -58,8 +58,8 @@ def reference(x, wg, wu, bg, bu, approximate):
 
 def assert_close(actual, expected, dtype, k, roundings=1):
     """The storage dtype's rounding of the result, plus the bf16/fp16 products summed
-    over K in float32 (scaled by the result's magnitude); `roundings` of an input to the
-    last GEMM (its h) multiply the second term."""
+    over K in float32 (scaled by the result's magnitude); the second term grows with the
+    `roundings` of the last GEMM's input (an MLP's h) to the storage dtype."""
     tol = STORAGE_TOLERANCE[dtype]
     scale = expected.abs().max().item() + 1e-6
     atol = tol["atol"] + 2e-3 * scale * (1 if k <= 4096 else 2) * roundings
@@ -348,9 +348,9 @@ def test_mlp_decode_opcheck(sm90, kernel):
 def test_mlp_decode_broadcast_operands(sm90, kernel):
     """Operands the decode linear and the swap-AB gate/up do not read, broadcast with row
     stride 0 (a residual shared by the tokens; an x whose two tokens are one row), take
-    torch's GEMMs with the same result, never a refusal. Their h is the geglu kernel's,
-    which rounds gelu(gate) to bf16 before the multiply as eager does (the engine rounds
-    once): twice the tolerance of one rounding."""
+    torch's GEMMs with the same result, never a refusal. Their h is rounded to bf16 three
+    times, as eager's is (torch's GEMM writes [gate | up], the geglu kernel rounds
+    gelu(gate) before the multiply and the product), where the engine's is rounded once."""
     dtype = torch.bfloat16
     w = rand((1024, 256), dtype, 122, scale=1 / 16)
     wd = rand((200, 512), dtype, 123, scale=512**-0.5)
@@ -361,7 +361,7 @@ def test_mlp_decode_broadcast_operands(sm90, kernel):
         with torch.no_grad():
             y = kernel.geglu_mlp(x, w, None, wd, None, residual)
         ref = mlp_reference(x, w[:512], w[512:], wd, None, residual, "tanh")
-        assert_close(y, ref, dtype, 512, roundings=2)
+        assert_close(y, ref, dtype, 512, roundings=3)
 
 
 # Down weights of >= 48 MiB (the split-K kernel's threshold, mlp_kernels.cpp): odd sizes,
