@@ -60,6 +60,7 @@ class ForwardProfile:
     lane: str  # "cuda" or "cpu"
     kernels: list  # [{name, launches, time_us}] per forward, first launch order
     kernels_per_forward: float
+    memory_ops_per_forward: float  # GPU memsets / memcpys beside the kernels
     kernel_time_us: float  # GPU time (CPU: the lane's ops' time) per forward
     ops: dict  # dispatcher ops per forward: {"total", "aten", "ours", "other"}
     forward_us: float  # median wall time of one forward, outside the profiler
@@ -85,11 +86,22 @@ def _has_dispatcher_ancestor(event) -> bool:
     return False
 
 
+def is_gpu_kernel(event) -> bool:
+    """A kernel on the GPU lane: not the profiler's step annotation (ProfilerStep#, drawn
+    on the GPU track too) nor a memset / memcpy (counted apart: cuBLAS clears a workspace
+    before some GEMMs)."""
+    return not event.name.startswith("ProfilerStep") and not is_memory_op(event)
+
+
+def is_memory_op(event) -> bool:
+    return event.name.startswith(("Memset", "Memcpy"))
+
+
 def lane_events(events, device: str) -> list:
     """The lane's events in start order: GPU activities on CUDA; on CPU the outermost
     compute ops and Inductor's C++ kernels."""
     if device == "cuda":
-        chosen = [e for e in events if e.device_type.name == "CUDA"]
+        chosen = [e for e in events if e.device_type.name == "CUDA" and is_gpu_kernel(e)]
     else:
         chosen = [
             e
@@ -194,6 +206,7 @@ def profile_forward(
         lane=device,
         kernels=kernels,
         kernels_per_forward=sum(k["launches"] for k in kernels),
+        memory_ops_per_forward=sum(1 for e in events if e.device_type.name == "CUDA" and is_memory_op(e)) / active,
         kernel_time_us=sum(k["time_us"] for k in kernels),
         ops=ops,
         forward_us=wall_time_us(forward, x, device, reps),

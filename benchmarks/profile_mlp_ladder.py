@@ -118,7 +118,8 @@ def parse_args(argv):
 def print_rung(rung, prof) -> None:
     lane = "GPU kernels" if prof.lane == "cuda" else "CPU compute ops (no GPU lane)"
     print(f"\n== {rung.name}: {rung.what}" + (f" [sm90 engine {rung.sm90_engine}]" if rung.sm90_engine != "n/a" else ""))
-    print(f"   {lane} per forward: {prof.kernels_per_forward:g}, {prof.kernel_time_us:.1f} us; "
+    memory = f" (+{prof.memory_ops_per_forward:g} memset/memcpy)" if prof.memory_ops_per_forward else ""
+    print(f"   {lane} per forward: {prof.kernels_per_forward:g}{memory}, {prof.kernel_time_us:.1f} us; "
           f"forward {prof.forward_us:.1f} us wall (median, outside the profiler)")  # fmt: skip
     print(f"   {'launches':>8} {'us':>9}  name")
     for k in prof.kernels:
@@ -129,12 +130,12 @@ def print_rung(rung, prof) -> None:
 
 
 def print_table(results) -> None:
-    print(f"\n{'rung':<30} {'kernels/fwd':>11} {'ops/fwd':>8} {'aten':>5} {'ours':>5} {'kernel us':>10} {'wall us':>9}")
+    print(f"\n{'rung':<30} {'kernels/fwd':>11} {'memsets':>7} {'ops/fwd':>8} {'aten':>5} {'ours':>5} {'kernel us':>10} {'wall us':>9}")
     for r in results:
         if r["status"] != "ran":
             print(f"{r['name']:<30} {r['status']}: {r['reason'][:90]}")
             continue
-        print(f"{r['name']:<30} {r['kernels_per_forward']:>11g} {r['ops']['total']:>8g} {r['ops']['aten']:>5g} "
+        print(f"{r['name']:<30} {r['kernels_per_forward']:>11g} {r['memory_ops_per_forward']:>7g} {r['ops']['total']:>8g} {r['ops']['aten']:>5g} "
               f"{r['ops']['ours']:>5g} {r['kernel_time_us']:>10.1f} {r['forward_us']:>9.1f}")  # fmt: skip
 
 
