@@ -11,6 +11,7 @@ marked and reported as skipped without a GPU.
 """
 
 import copy
+import importlib.util
 import sys
 import threading
 from pathlib import Path
@@ -38,10 +39,27 @@ def device(request):
     return request.param
 
 
-@pytest.fixture
+@pytest.fixture(params=["compiled", "noarch"])
 def lib(device, request):
-    """The compiled variant that serves `device`'s tensors."""
-    return request.getfixturevalue("kernel" if device == "cuda" else "cpu_kernel")
+    """The compiled variant that serves `device`'s tensors, or the noarch `torch-cuda`
+    variant (Triton on CUDA, the torch-op composite on CPU), imported from build/."""
+    if request.param == "compiled":
+        return request.getfixturevalue("kernel" if device == "cuda" else "cpu_kernel")
+    return _noarch()
+
+
+def _noarch():
+    name = "_geglu_noarch_bad_inputs"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = REPO / "build" / "torch-cuda"
+    if not (path / "__init__.py").is_file():
+        pytest.fail("build/torch-cuda is missing: run `python -m tools.build`")
+    spec = importlib.util.spec_from_file_location(name, path / "__init__.py", submodule_search_locations=[str(path)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def randn(*shape, device="cpu", dtype=torch.float32, seed=0, requires_grad=False):
@@ -155,6 +173,21 @@ def test_out_partially_overlapping_input_is_refused(lib, device):
     x = randn(4, 16, device=device)
     with pytest.raises(ValueError, match="overlaps"):
         lib.gelu_and_mul(x[:, 4:12], x)
+
+
+@pytest.mark.parametrize("half", ["gate", "up"])
+def test_out_may_be_a_half_of_the_input(lib, device, half):
+    """In place: out is exactly the gate or the up half of x (the CUDA and Triton kernels
+    read each element before writing it); the compiled CPU kernel refuses it by name."""
+    x = randn(4, 16, device=device, seed=3)
+    ref = gelu_ref(x, True, "tanh")
+    out = x[:, :8] if half == "gate" else x[:, 8:]
+    if device == "cpu" and "cpu" in lib.activation.NATIVE_DEVICE_TYPES:
+        with pytest.raises(ValueError, match="`out` partially overlaps `input`"):
+            lib.gelu_tanh_and_mul(out, x)
+        return
+    lib.gelu_tanh_and_mul(out, x)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-5, atol=2e-5)
 
 
 def test_out_of_another_device_or_dtype_is_refused(lib, device):

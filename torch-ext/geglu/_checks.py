@@ -150,6 +150,34 @@ def check_out(name: str, out, *, shape: Tuple[int, ...], like_name: str, like: t
     check_last_dim_stride(name, out)
 
 
+def _byte_span(t: torch.Tensor) -> Tuple[int, int]:
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+
+
+def check_no_partial_overlap(out_name: str, out: torch.Tensor, x_name: str, x: torch.Tensor, in_place=()) -> None:
+    """`out` shares no memory with `x`, or is exactly one of the `in_place` views (x
+    itself, or a half of a merged x, which the kernels read element by element before
+    writing it): any other overlap would read elements already written. As the
+    compiled ops' check (tensor_checks.h); tensors without an address (fake, meta,
+    subclasses under torch.compile) are not checked."""
+    if type(out) is not torch.Tensor or type(x) is not torch.Tensor or out.device.type == "meta":
+        return
+    if torch.compiler.is_compiling() or out.numel() == 0 or x.numel() == 0:
+        return
+    (a0, a1), (b0, b1) = _byte_span(out), _byte_span(x)
+    if a1 <= b0 or b1 <= a0 or any(_same_view(out, v) for v in in_place):
+        return
+    raise ValueError(
+        f"{out_name} partially overlaps {x_name} in memory; pass a separate tensor"
+        + (f" (or exactly {x_name} or one of its halves, to compute in place)" if in_place else "")
+    )
+
+
 # --------------------------------------------------------------------------- GEMM operands
 
 GEMM_DEVICE_TYPES = ("cuda", "cpu", "meta")

@@ -141,8 +141,9 @@ def _eager_gelu_and_grad(g: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
 
 
 def _eager_geglu(gate: Tensor, up: Tensor, approximate: str) -> Tensor:
-    """Differentiable through PyTorch's own autograd."""
-    return (F.gelu(gate.float(), approximate=approximate) * up.float()).to(gate.dtype)
+    """Differentiable through PyTorch's own autograd. Eager's own ops in the storage
+    dtype, so eager's bits: F.gelu rounded to the dtype, then the product."""
+    return F.gelu(gate, approximate=approximate) * up
 
 
 def _eager_geglu_backward(grad_out: Tensor, gate: Tensor, up: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
@@ -414,12 +415,14 @@ def _check_input(name: str, x: Tensor, *, merged: bool) -> None:
 def _check_gelu_out(out: Tensor, x: Tensor, name: str = "x") -> None:
     _check_input(name, x, merged=False)
     _checks.check_out("out", out, shape=tuple(x.shape), like_name=name, like=x)
+    _checks.check_no_partial_overlap("out", out, name, x, in_place=(x,))
 
 
 def _check_gelu_and_mul_out(out: Tensor, x: Tensor, name: str = "x") -> None:
     _checks.check_not_swapped("out", out, name, x)
     _check_input(name, x, merged=True)
     _checks.check_out("out", out, shape=_merged_out_shape(x), like_name=name, like=x)
+    _checks.check_no_partial_overlap("out", out, name, x, in_place=_halves(x))
 
 
 # --------------------------------------------------------------------------- public API
@@ -464,7 +467,7 @@ def _write_gelu(out: Tensor, x: Tensor, approximate: str, merged: bool) -> Tenso
         elif merged:
             out.copy_(_eager_geglu(*_halves(x), approximate))
         else:
-            out.copy_(F.gelu(x.float(), approximate=approximate).to(x.dtype))
+            out.copy_(F.gelu(x, approximate=approximate))
     if not torch.compiler.is_compiling():
         torch.autograd.graph.increment_version(out)
     return out
