@@ -64,14 +64,14 @@ namespace {
 using fVec = at::vec::Vectorized<float>;
 
 // ---------------------------------------------------------------- float32 math
-// One set of formulas for the vector body (V = fVec) and the scalar tail (V = float),
-// written with the small helpers below.
+// The backward's formulas (the forward's, eager's own, are further down): one set for
+// the vector body (V = fVec) and the scalar tail (V = float), written with the small
+// helpers below.
 
 inline float fmadd_(float a, float b, float c) { return a * b + c; }
 inline float abs_(float x) { return std::fabs(x); }
 inline float exp_(float x) { return std::exp(x); }
 inline float min_(float a, float b) { return std::fmin(a, b); }
-inline float clamp_(float x, float lo, float hi) { return std::fmin(std::fmax(x, lo), hi); }
 inline float where_less(float a, float b, float if_less, float otherwise) {
   return a < b ? if_less : otherwise;
 }
@@ -83,9 +83,6 @@ inline fVec abs_(const fVec &x) { return x.abs(); }
 // ATen's inline polynomial exp ("ULP=20", about 2e-6 relative): no call into Sleef.
 inline fVec exp_(const fVec &x) { return x.exp_u20(); }
 inline fVec min_(const fVec &a, const fVec &b) { return at::vec::minimum(a, b); }
-inline fVec clamp_(const fVec &x, float lo, float hi) {
-  return at::vec::clamp(x, fVec(lo), fVec(hi));
-}
 inline fVec where_less(const fVec &a, const fVec &b, const fVec &if_less,
                        const fVec &otherwise) {
   return fVec::blendv(otherwise, if_less, a < b);
@@ -107,24 +104,6 @@ constexpr float kKappa = 0.044715f;
 // |x| beyond which the tanh GELU and its slope are 0 and 0 (x < 0) or x and 1 (x > 0)
 // to float32's resolution: at x = -10 the slope is -2.5e-36, at x = 10 it is 1 + 2.5e-36.
 constexpr float kTanhSaturation = 10.0f;
-
-// Phi(x), the standard normal CDF, for the forward pass: (1 + erf(x / sqrt 2)) / 2 with
-// erf(x / sqrt 2) a rational minimax fit x P(x^2) / Q(x^2) on |x| <= 4 sqrt 2 (beyond
-// it, erf is +-1 in float32), fitted for this kernel: max abs error 3.5e-7 in float32
-// arithmetic (ATen's Vectorized::erf: 5.5e-7) for 11 FMAs and one division, half the
-// work of an exp-based formula. Below -4 sqrt 2, Phi is set to exactly 0, so that
-// gelu(x) = x Phi(x) is 0 there rather than x times the fit's last-ulp error.
-template <typename V> inline V normal_cdf_fast(const V &x) {
-  static constexpr float kP[] = {7.978843775e-01f, 6.741963062e-02f, 9.328145194e-03f,
-                                 3.343893474e-04f, 1.263983914e-05f, 4.529431821e-08f};
-  static constexpr float kQ[] = {1.0f,             2.511634765e-01f, 2.855349441e-02f,
-                                 1.873737541e-03f, 7.306502845e-05f, 1.192670625e-06f};
-  constexpr float kLimit = 5.656854249f; // 4 sqrt 2
-  const V z = clamp_(x, -kLimit, kLimit);
-  const V z2 = z * z;
-  const V erf = z * polynomial(z2, kP) / polynomial(z2, kQ);
-  return where_less(x, V(-kLimit), V(0.0f), fmadd_(erf, V(0.5f), V(0.5f)));
-}
 
 // Phi(x), the standard normal CDF, together with gauss = exp(-x^2 / 2), for the
 // backward pass, which needs phi(x) = gauss / sqrt(2 pi) anyway. erfc(a), a >= 0, is
@@ -148,16 +127,6 @@ template <typename V> inline V normal_cdf(const V &x, V &gauss) {
 // cancellation for negative x.
 template <typename V> inline V minus_two_z(const V &x) {
   return x * fmadd_(V(-2.0f * kBeta * kKappa), x * x, V(-2.0f * kBeta));
-}
-
-// gelu(x) = x * Phi(x) = x/2 * (1 + erf(x / sqrt 2))          (approximate="none")
-//         ~ x/2 * (1 + tanh(beta * (x + kappa x^3)))           (approximate="tanh")
-template <Gelu kind, typename V> inline V gelu(const V &x) {
-  if constexpr (kind == Gelu::kErf) {
-    return x * normal_cdf_fast(x);
-  } else {
-    return x / (V(1.0f) + exp_(minus_two_z(x)));
-  }
 }
 
 // gelu(x) and its exact derivative, which the backward needs together.
@@ -278,19 +247,180 @@ template <typename T> inline void store_float(T *p, const fVec &a, const fVec &b
   }
 }
 
+// ---------------------------------------------------------------- the forward: eager's GELU
+// The forward kernels compute F.gelu(x, approximate) as ATen's CPU kernel does
+// (ATen/native/cpu/Gelu.h: vectorized_gelu / vectorized_gelu_approximated_with_tanh for
+// the vector body, scalar_gelu / scalar_gelu_approximated_with_tanh for the tail), in
+// float for every storage type, operation for operation:
+//   exact:  x * 0.5 * (1 + erf(x * M_SQRT1_2))
+//   tanh:   0.5 * x * (1 + tanh(kBeta * (x + kKappa * x^3))),
+//           kBeta = M_SQRT2 * M_2_SQRTPI * 0.5, kKappa = 0.044715
+// and then round like eager: gelu to the storage type, the product with up in float,
+// rounded again (forward_row). ATen's AVX2 / AVX-512 kernels (GCC, FMA enabled)
+// contract x + kKappa * x^3 into one FMA; their erf and tanh are Vectorized<float>'s:
+//  - erf: Abramowitz & Stegun 7.1.26 in float (vec256_float.h / vec512_float.h),
+//    reproduced below operation for operation, around exp(-z^2) from SLEEF's expf_u10;
+//  - tanh: SLEEF's tanhf_u10, exactly +-1 beyond |y| = 8.6643400 (measured).
+// SLEEF lives in libtorch, outside the stable ABI this module keeps to, so exp and tanh
+// are computed here, in float32 to about one ulp, as SLEEF's are: they agree with
+// SLEEF's for most arguments but not all. So in float32 some results differ from
+// eager's by an ulp, more where 1 + erf or 1 + tanh cancels (x < -1.5: there an ulp of
+// tanh is |x| * 2^-25 absolute); after rounding to bfloat16 / float16 next to none do
+// (tests/kernels/test_activation_matches_eager.py states and checks the bounds).
+// Eager itself is not one function on CPU: its scalar tail (std::erf, std::tanh)
+// differs from its vector body by as much in the negative tail, and a contiguous
+// float32 (AVX-512: bfloat16 too) input takes oneDNN's exact GELU, another formula.
+// The DEFAULT build (no AVX2) maps std::erf / std::tanh over the lanes, as ATen's
+// DEFAULT Vectorized does.
+
+constexpr double kM_SQRT2 = 1.41421356237309504880;      // glibc's M_SQRT2
+constexpr double kM_2_SQRTPI = 1.12837916709551257390;   // M_2_SQRTPI
+constexpr double kM_SQRT1_2 = 0.70710678118654752440;    // M_SQRT1_2
+constexpr float kEagerAlpha = static_cast<float>(kM_SQRT1_2);
+constexpr float kEagerBeta = static_cast<float>(kM_SQRT2 * kM_2_SQRTPI * 0.5);
+constexpr float kEagerKappa = static_cast<float>(0.044715);
+
+#ifdef GEGLU_CPU_BF16_LANES // AVX2 / AVX-512
+inline iReg ishl23(iReg v) {
+#if defined(CPU_CAPABILITY_AVX2)
+  return _mm256_slli_epi32(v, 23);
+#else
+  return _mm512_slli_epi32(v, 23);
+#endif
+}
+
+// e^y for y <= 0, within ~1 ulp, in float32 as SLEEF's expf_u10 (a correctly rounded
+// exp, evaluated in double, matched SLEEF's less often: it differs from it for ~9% of
+// arguments, at 2-3x the cost). y = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite, ln2 in
+// two parts), e^r by its Taylor series to r^7 (truncation 5e-9 relative), times 2^n
+// built in the exponent bits. y is clamped at -87 to keep 2^n normal: below, e^y <
+// 2^-125 is only ever added to 1 here.
+inline fVec exp_eager(const fVec &y_in) {
+  constexpr float kLog2E = 1.44269504088896341f;
+  constexpr float kShift = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kLn2Hi = 0.693359375f; // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi exact in 9 bits
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  const fVec y = at::vec::maximum(y_in, fVec(-87.0f)); // keeps NaN
+  const fVec kd = at::vec::fmadd(y, fVec(kLog2E), fVec(kShift));
+  const fVec n = kd - fVec(kShift);
+  fVec r = at::vec::fmadd(n, fVec(-kLn2Hi), y);
+  r = at::vec::fmadd(n, fVec(-kLn2Lo), r);
+  fVec q(1.0f / 5040);
+  q = at::vec::fmadd(q, r, fVec(1.0f / 720));
+  q = at::vec::fmadd(q, r, fVec(1.0f / 120));
+  q = at::vec::fmadd(q, r, fVec(1.0f / 24));
+  q = at::vec::fmadd(q, r, fVec(1.0f / 6));
+  q = at::vec::fmadd(q, r, fVec(0.5f));
+  // 1 + (r + r^2 q), the last sum rounded once, as SLEEF sums its expf: the results then
+  // equal SLEEF's for all but ~0.7% of arguments (a plain Horner form to 1: ~9%).
+  const fVec p = fVec(1.0f) + at::vec::fmadd(r * r, q, r);
+  // kd's low mantissa bits hold n: shifted into the exponent field, plus the bias.
+  const fVec scale = as_float(iadd(ishl23(as_int(kd)), ibroadcast(127 << 23)));
+  return p * scale;
+}
+
+// tanh as eager's vector body gets it from SLEEF's tanhf_u10, to ~1 ulp: exactly +-1
+// beyond |y| = 8.6643400 (where SLEEF switches, measured; the correctly rounded tanh
+// reaches 1 only at 9.0109), else for |y| >= 0.625 1 - 2e / (1 + e), e = e^(-2|y|),
+// signed; below, y + y^3 P(y^2), P a degree-5 fit of (tanh(y) - y) / y^3 on
+// [0, 0.625] (0.72 ulp in float32 arithmetic).
+inline fVec tanh_eager(const fVec &y) {
+  const fVec a = y.abs();
+  const fVec sign = y & fVec(-0.0f);
+  const fVec e = exp_eager(fVec(-2.0f) * a);
+  const fVec large = (fVec(1.0f) - fVec(2.0f) * e / (fVec(1.0f) + e)) ^ sign;
+  const fVec y2 = y * y;
+  fVec q(0.002142799785360694f);
+  q = at::vec::fmadd(q, y2, fVec(-0.008177092298865318f));
+  q = at::vec::fmadd(q, y2, fVec(0.021700501441955566f));
+  q = at::vec::fmadd(q, y2, fVec(-0.05394670367240906f));
+  q = at::vec::fmadd(q, y2, fVec(0.1333320587873459f));
+  q = at::vec::fmadd(q, y2, fVec(-0.3333333134651184f));
+  const fVec small = at::vec::fmadd(y * y2, q, y);
+  const fVec t = fVec::blendv(large, small, a < fVec(0.625f));
+  return fVec::blendv(t, fVec(1.0f) ^ sign, a > fVec(8.66434001922607421875f));
+}
+
+// ATen's Vectorized<float>::erf on AVX2 / AVX-512, operation for operation (A&S 7.1.26:
+// erf(z) = sign(z) (1 - r(t) t e^(-z^2)), t = 1 / (1 + p |z|), |error| <= 1.5e-7).
+inline fVec erf_eager(const fVec &z) {
+  const fVec sign = z & fVec(-0.0f);
+  const fVec t = fVec(1.0f) / at::vec::fmadd(fVec(0.3275911f), z.abs(), fVec(1.0f));
+  fVec r = at::vec::fmadd(fVec(1.061405429f), t, fVec(-1.453152027f));
+  r = at::vec::fmadd(r, t, fVec(1.421413741f));
+  r = at::vec::fmadd(r, t, fVec(-0.284496736f));
+  r = at::vec::fmadd(r, t, fVec(0.254829592f));
+  const fVec e = exp_eager((z * z).neg());
+  const fVec one_minus = at::vec::fmadd(e.neg() * t, r, fVec(1.0f)); // 1 - r t e^(-z^2)
+  return one_minus ^ sign;
+}
+
+// x + kKappa * x^3 as ATen's AVX2 / AVX-512 GELU gets it from GCC: one FMA (the scalar
+// tail's too: ATen's scalar GELU is compiled with FMA enabled in the same files).
+inline fVec cubic_eager(const fVec &x, const fVec &x_cube) {
+  return at::vec::fmadd(fVec(kEagerKappa), x_cube, x);
+}
+inline float cubic_eager(float x, float x_cube) { return std::fma(kEagerKappa, x_cube, x); }
+#else
+// DEFAULT: ATen's Vectorized<float> maps std::erf / std::tanh over the lanes.
+template <typename F> inline fVec map_lanes(const fVec &x, const F &f) {
+  __at_align__ float v[fVec::size()];
+  x.store(v);
+  for (int i = 0; i < fVec::size(); ++i) {
+    v[i] = f(v[i]);
+  }
+  return fVec::loadu(v);
+}
+inline fVec erf_eager(const fVec &z) { return map_lanes(z, [](float v) { return std::erf(v); }); }
+inline fVec tanh_eager(const fVec &y) { return map_lanes(y, [](float v) { return std::tanh(v); }); }
+inline fVec cubic_eager(const fVec &x, const fVec &x_cube) { return x + fVec(kEagerKappa) * x_cube; }
+inline float cubic_eager(float x, float x_cube) { return x + kEagerKappa * x_cube; }
+#endif
+// The scalar tail: ATen's scalar path calls std::erf / std::tanh.
+inline float erf_eager(float z) { return std::erf(z); }
+inline float tanh_eager(float y) { return std::tanh(y); }
+
+template <Gelu kind, typename V> inline V gelu_eager(const V &x) {
+  if constexpr (kind == Gelu::kErf) {
+    return x * V(0.5f) * (V(1.0f) + erf_eager(x * V(kEagerAlpha)));
+  } else {
+    const V x_cube = x * x * x;
+    const V inner = V(kEagerBeta) * cubic_eager(x, x_cube);
+    return V(0.5f) * x * (V(1.0f) + tanh_eager(inner));
+  }
+}
+
+// a, b rounded to the storage type T and widened back: what a T tensor holds after
+// storing them (per lane; identity for float).
+template <typename T> inline void round_to(fVec &a, fVec &b) {
+  if constexpr (std::is_same_v<T, float>) {
+    return;
+#ifdef GEGLU_CPU_BF16_LANES
+  } else if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    const iReg high = ibroadcast(static_cast<int32_t>(0xffff0000u));
+    a = as_float(iand(round_to_bf16_high(a), high));
+    b = as_float(iand(round_to_bf16_high(b), high));
+#endif
+  } else {
+    std::tie(a, b) = at::vec::convert_to_float<T>(at::vec::convert_from_float<T>(a, b));
+  }
+}
+
 // ---------------------------------------------------------------- row kernels
 // Each processes n consecutive elements of one row: vector steps, then a scalar tail
 // for the n % kStep elements left (the same formulas in scalar float32).
 
-// out = gelu(gate) * up   (kGated)   or   out = gelu(gate)   (!kGated; up unused)
+// out = gelu(gate) * up   (kGated)   or   out = gelu(gate)   (!kGated; up unused),
+// rounded as eager's F.gelu(gate) * up: gelu to T, then the product, to T again.
 template <typename T, Gelu kind, bool kGated>
 void forward_row(T *out, const T *gate, const T *up, int64_t n) {
   int64_t i = 0;
   for (; i + kStep <= n; i += kStep) {
     fVec g0, g1;
     load_float(gate + i, g0, g1);
-    fVec y0 = gelu<kind>(g0), y1 = gelu<kind>(g1);
+    fVec y0 = gelu_eager<kind>(g0), y1 = gelu_eager<kind>(g1);
     if constexpr (kGated) {
+      round_to<T>(y0, y1);
       fVec u0, u1;
       load_float(up + i, u0, u1);
       y0 = y0 * u0;
@@ -299,11 +429,12 @@ void forward_row(T *out, const T *gate, const T *up, int64_t n) {
     store_float(out + i, y0, y1);
   }
   for (; i < n; ++i) {
-    float y = gelu<kind>(static_cast<float>(gate[i]));
+    const T y = static_cast<T>(gelu_eager<kind>(static_cast<float>(gate[i])));
     if constexpr (kGated) {
-      y *= static_cast<float>(up[i]);
+      out[i] = static_cast<T>(static_cast<float>(y) * static_cast<float>(up[i]));
+    } else {
+      out[i] = y;
     }
-    out[i] = static_cast<T>(y);
   }
 }
 

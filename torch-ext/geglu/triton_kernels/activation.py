@@ -17,11 +17,19 @@ a new kernel only when it changes the width bucket or that alignment class.
 Offsets are computed in int64 (row index * row stride), so tensors of more than
 2**31 elements index correctly (row and column counts themselves stay below 2**31).
 Checked by compiling for sm_90 with triton 3.6 and 3.9: aligned shapes get 16-byte
-ld/st.global.v4 for every operand; math is ex2.approx + div.full (no libdevice but erf).
+ld/st.global.v4 for every operand.
 
-No libdevice in the Triton interpreter (TRITON_INTERPRET=1, used by the CPU tests):
-tanh-GELU uses 0.5 * (1 + tanh(z)) == sigmoid(2z) and `tl.math.erf` (which the
-interpreter and the CUDA backend both provide) for the exact form.
+The forward computes F.gelu as eager PyTorch does on CUDA (ATen's GeluCUDAKernelImpl,
+in float32, the same operations in the same order: `_gelu_eager`) and rounds like
+eager's F.gelu(gate) * up: gelu to the storage dtype, then the product in float32,
+rounded again. erf is `tl.math.erf` and tanh libdevice's (CUDA's erff / tanhf, which
+ATen calls); Triton contracts kappa * x^3 + x into one FMA as nvcc does for ATen. The
+Triton interpreter (TRITON_INTERPRET=1, used by the CPU tests) has no libdevice: there
+tanh is evaluated in float64 and rounded (`_tanh_f64`), its erf is Python's, and, as
+its float32 -> bfloat16 cast truncates, bfloat16 values are rounded to nearest by hand
+(`_round_bf16`) before they are cast (so the CPU tests check eager's rounding). The
+backward and the GEMM epilogue (`_gelu`, gemm.py) keep the cheaper sigmoid forms
+(0.5 * (1 + tanh(z)) == sigmoid(2z)): they promise accuracy, not eager's bits.
 """
 
 from contextlib import nullcontext
@@ -34,9 +42,11 @@ from .._checks import row_layout
 try:
     import triton
     import triton.language as tl
+    from triton.language.extra import libdevice
 except ImportError:  # CPU-only torch without triton: the package still imports.
     triton = None
     tl = None
+    libdevice = None
 
 HAS_TRITON = triton is not None
 
@@ -89,6 +99,9 @@ if HAS_TRITON:
     _TANH_SATURATION = tl.constexpr(10.0)  # slope -2.5e-36 at -10, 1 + 2.5e-36 at 10
     _SQRT1_2 = tl.constexpr(0.7071067811865476)
     _INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
+    # ATen's tanh-GELU constants (double, rounded to float32 where they meet float32).
+    _EAGER_BETA = tl.constexpr(0.7978845608028654)  # M_SQRT2 * M_2_SQRTPI * 0.5
+    _EAGER_KAPPA = tl.constexpr(0.044715)
 
     @triton.jit
     def _sigmoid_pair(z):
@@ -110,6 +123,53 @@ if HAS_TRITON:
             return tl.where(g < -_TANH_SATURATION, 0.0, g * s)
         else:
             return 0.5 * g * (1.0 + tl.math.erf(g * _SQRT1_2))
+
+    @triton.jit
+    def _tanh_f64(y):
+        """tanh of float32 y, computed in float64 and rounded: the interpreter's tanh (it
+        has no libdevice). (1 - e) / (1 + e), e = exp(-2|y|); below |y| = 2^-8, where
+        1 - e loses relative digits, the odd series to y^7."""
+        yd = y.to(tl.float64)
+        a = tl.abs(yd)
+        e = tl.exp(-2.0 * a)
+        t = (1.0 - e) / (1.0 + e)
+        t = tl.where(yd < 0.0, -t, t)
+        y2 = yd * yd
+        series = yd * (1.0 + y2 * (-1.0 / 3.0 + y2 * (2.0 / 15.0 - y2 * (17.0 / 315.0))))
+        return tl.where(a < 0.00390625, series, t).to(tl.float32)
+
+    @triton.jit
+    def _round_bf16(y):
+        """float32 y rounded to bfloat16 (to nearest, ties to even; NaN kept), as float32.
+        For the interpreter, whose float32 -> bfloat16 cast truncates."""
+        bits = y.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return tl.where(y != y, y, bits.to(tl.float32, bitcast=True))
+
+    @triton.jit
+    def _storage_value(y, dtype: tl.constexpr, INTERPRETED: tl.constexpr):
+        """float32 y rounded to the storage dtype, as float32 (what a tensor of it holds)."""
+        if INTERPRETED and dtype == tl.bfloat16:
+            return _round_bf16(y)
+        else:
+            return y.to(dtype).to(tl.float32)
+
+    @triton.jit
+    def _gelu_eager(g, APPROXIMATE_TANH: tl.constexpr, INTERPRETED: tl.constexpr):
+        """F.gelu(g) of float32 g, operation for operation as ATen's CUDA kernel."""
+        if APPROXIMATE_TANH:
+            g_cube = g * g * g
+            inner = _EAGER_BETA * (g + _EAGER_KAPPA * g_cube)
+            if INTERPRETED:
+                t = _tanh_f64(inner)
+            else:
+                t = libdevice.tanh(inner)
+            y = 0.5 * g * (1.0 + t)
+            # Below -10 gelu is 0 (eager: -0.0, the same value); the line keeps a huge
+            # negative g at 0 whatever tanh gives there.
+            return tl.where(g < -_TANH_SATURATION, 0.0, y)
+        else:
+            return g * 0.5 * (1.0 + tl.math.erf(g * _SQRT1_2))
 
     @triton.jit
     def _gelu_and_grad(g, APPROXIMATE_TANH: tl.constexpr):
@@ -154,17 +214,22 @@ if HAS_TRITON:
         out_row_stride,
         APPROXIMATE_TANH: tl.constexpr,
         HAS_UP: tl.constexpr,  # False: plain gelu(gate), up_ptr is unused
+        INTERPRETED: tl.constexpr,  # Triton's interpreter (no libdevice, truncating bf16 casts)
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
         rows, cols, mask = _tile(n_rows, n_cols, n_col_blocks, BLOCK_M, BLOCK_N)
 
+        dtype: tl.constexpr = out_ptr.dtype.element_ty
         g = tl.load(gate_ptr + (rows * gate_row_stride)[:, None] + cols, mask=mask, other=0.0)
-        y = _gelu(g.to(tl.float32), APPROXIMATE_TANH)
+        y = _gelu_eager(g.to(tl.float32), APPROXIMATE_TANH, INTERPRETED)
         if HAS_UP:
             u = tl.load(up_ptr + (rows * up_row_stride)[:, None] + cols, mask=mask, other=0.0)
-            y = y * u.to(tl.float32)
-        tl.store(out_ptr + (rows * out_row_stride)[:, None] + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+            # Eager's F.gelu(gate) * up: gelu rounded to the storage dtype, then the product.
+            y = _storage_value(y, dtype, INTERPRETED) * u.to(tl.float32)
+        if INTERPRETED and dtype == tl.bfloat16:
+            y = _round_bf16(y)  # the truncating cast below is then exact
+        tl.store(out_ptr + (rows * out_row_stride)[:, None] + cols, y.to(dtype), mask=mask)
 
     @triton.jit(do_not_specialize=["n_rows", "n_col_blocks"])
     def _backward_kernel(
@@ -209,10 +274,15 @@ if HAS_TRITON:
 # --------------------------------------------------------------------------- launchers
 
 
+def _interpreted() -> bool:
+    """Whether the kernels run in Triton's interpreter (TRITON_INTERPRET=1 at import)."""
+    return type(_forward_kernel).__name__ == "InterpretedFunction"
+
+
 def _require_triton(t: torch.Tensor) -> None:
     if not HAS_TRITON:
         raise RuntimeError("geglu: the Triton path needs the `triton` package, which is not installed")
-    if t.device.type != "cuda" and type(_forward_kernel).__name__ != "InterpretedFunction":
+    if t.device.type != "cuda" and not _interpreted():
         raise RuntimeError(
             f"geglu: Triton kernels need CUDA tensors, got {t.device.type} (CPU tensors run only "
             "under the Triton interpreter: TRITON_INTERPRET=1 set before the package is imported)"
@@ -257,7 +327,7 @@ def geglu_forward(out: torch.Tensor, gate: torch.Tensor, up, approximate: str) -
         return out
     tensors = (gate, gate if up is None else up, out)
     _launch(_forward_kernel, tensors, rows, width, (gate_stride, up_stride, out_stride),
-            APPROXIMATE_TANH=tanh, HAS_UP=up is not None)  # fmt: skip
+            APPROXIMATE_TANH=tanh, HAS_UP=up is not None, INTERPRETED=_interpreted())  # fmt: skip
     return out
 
 
