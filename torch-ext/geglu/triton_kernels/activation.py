@@ -23,7 +23,7 @@ The forward computes F.gelu as eager PyTorch does on CUDA (ATen's GeluCUDAKernel
 in float32, the same operations in the same order: `_gelu_eager`) and rounds like
 eager's F.gelu(gate) * up: gelu to the storage dtype, then the product in float32,
 rounded again. erf is `tl.math.erf` and tanh libdevice's (CUDA's erff / tanhf, which
-ATen calls); Triton contracts kappa * x^3 + x into one FMA as nvcc does for ATen. The
+ATen calls); kappa * x^3 + x is one FMA, as nvcc contracts it for ATen. The
 Triton interpreter (TRITON_INTERPRET=1, used by the CPU tests) has no libdevice: there
 tanh is evaluated in float64 and rounded (`_tanh_f64`), its erf is Python's, and, as
 its float32 -> bfloat16 cast truncates, bfloat16 values are rounded to nearest by hand
@@ -159,7 +159,9 @@ if HAS_TRITON:
         """F.gelu(g) of float32 g, operation for operation as ATen's CUDA kernel."""
         if APPROXIMATE_TANH:
             g_cube = g * g * g
-            inner = _EAGER_BETA * (g + _EAGER_KAPPA * g_cube)
+            # g + kappa * g^3 as one FMA, as nvcc contracts ATen's (spelled out: Triton's
+            # own contraction depends on its fp-fusion setting).
+            inner = _EAGER_BETA * tl.fma(g_cube, _EAGER_KAPPA, g)
             if INTERPRETED:
                 t = _tanh_f64(inner)
             else:
