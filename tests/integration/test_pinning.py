@@ -100,8 +100,11 @@ def run(setup, argv, *, offline=True, env_extra=None, network_tried=False):
     net_log.unlink(missing_ok=True)
     drop = ("LOCAL_KERNELS", "KERNELS_CACHE", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "PYTHONPATH")
     env = {k: v for k, v in os.environ.items() if k not in drop}
+    # The guard's sitecustomize first; a PYTHONPATH of installed packages (the GPU run's
+    # carried wheels) kept after it.
+    paths = [str(setup["root"] / "guard"), *filter(None, [os.environ.get("PYTHONPATH")])]
     env.update(
-        PYTHONPATH=str(setup["root"] / "guard"),
+        PYTHONPATH=os.pathsep.join(paths),
         PINNING_NET_LOG=str(net_log),
         HF_HOME=str(setup["root"] / "hf_home"),
         HF_HUB_CACHE=str(setup["cache"]),
