@@ -33,7 +33,8 @@ another formula: checked within 8 ulps + |x| * 2^-20.
 
 Triton under the interpreter (CPU, TRITON_INTERPRET=1; small shapes): its erf is
 Python's (correctly rounded), eager CPU's the A&S fit (1.5e-7): the same bounds with
-the noise term doubled, |x| * 2^-22.
+the noise term doubled, |x| * 2^-22. Triton on CUDA: the same bounds against eager's
+CUDA results (its tanh, one exp and one division, is within ~1e-7 of tanhf).
 """
 
 import pytest
@@ -222,20 +223,20 @@ def test_cuda_every_half_value_equals_eager(cuda_kernel, dtype, approximate):
 @pytest.mark.parametrize("approximate", APPROX)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cuda_triton_within_bounds_of_eager(cpu_kernel, dtype, approximate):
-    """The Triton kernels (the CPU variant's route for CUDA tensors): libdevice's erf /
-    tanh in ATen's formula and eager's rounding. Equal bits need Triton's bundled
-    libdevice and LLVM to do what nvcc did for ATen, which is not asserted: checked
-    within the CPU bounds."""
+    """The Triton kernels (the CPU variant's route for CUDA tensors): ATen's formula with
+    libdevice's erf and a one-exp tanh, and eager's rounding: checked within the
+    interpreter's bounds (the tanh's ~1e-7 error doubles the float32 noise where 1 + tanh
+    cancels)."""
     k = cpu_kernel
     assert k.activation._backend(torch.empty(1, device="cuda")) == "triton"
     for tokens, d in [(7, 512), (83, 13824), (5, 517)]:
         x = rand((tokens, 2 * d), dtype, "cuda", seed=d)
         out = poisoned_like(x[:, :d])
         and_mul_fn(k, approximate)(out, x)
-        assert_within(out, eager_and_mul(x, approximate), x[:, :d] * x[:, d:], 2, "triton and_mul")
+        assert_within(out, eager_and_mul(x, approximate), x[:, :d] * x[:, d:], 2, "triton and_mul", INTERPRETER_NOISE)
         out = poisoned_like(x)
         gelu_fn(k, approximate)(out, x)
-        assert_within(out, F.gelu(x, approximate=approximate), x, 1, "triton gelu")
+        assert_within(out, F.gelu(x, approximate=approximate), x, 1, "triton gelu", INTERPRETER_NOISE)
 
 
 @pytest.mark.cuda
