@@ -25,7 +25,9 @@ def short_kernel_name(name: str) -> str:
         return name.split(" ")[0]
     if low.startswith("triton_") or "cpp_fused" in low:  # Inductor: triton_poi_fused_gelu_mul_0
         fused = re.search(r"fused_(\w+?)(?:_\d+)?$", name)
-        return f"inductor {fused.group(1)}" if fused else name
+        # The view ops Inductor folds into a kernel's name (_unsafe_view_gelu_mul) say nothing.
+        ops = re.sub(r"_?unsafe_view_?|^view_|_view(?=_|$)", "", fused.group(1)) if fused else ""
+        return f"inductor {ops}" if ops else name
     if "::" in name and "<" not in name and "(" not in name and " " not in name:  # a dispatcher op
         return name.split("::")[-1]
     if "geglu" in low:  # before the GEMM rule: the Hopper engine's kernel is a CUTLASS template
@@ -92,9 +94,9 @@ def plot_lanes(rows, path, title: str = "") -> bool:
     ax.set_xlabel("us from the forward's first kernel (right: kernels per forward)")
     ax.set_title(title, fontsize=9, loc="left")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLOURS.values()]
-    ax.legend(handles, list(_COLOURS), loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=4,
+    ax.legend(handles, list(_COLOURS), loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=7, ncol=4,
               frameon=False)  # fmt: skip
-    fig.savefig(path, dpi=150, bbox_inches="tight")  # the legend above the axes included
+    fig.savefig(path, dpi=150, bbox_inches="tight")  # the legend below the axes included
     plt.close(fig)
     print(f"wrote {path}")
     return True

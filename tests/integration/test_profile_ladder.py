@@ -149,6 +149,7 @@ def test_plot_is_written_or_skipped_with_a_note(ladder_run):
         ("_geglu_tma_kernel", "geglu GEMM (Triton)"),
         ("_geglu_tanh_forward_kernel", "Liger geglu"),
         ("triton_poi_fused_gelu_mul_0", "inductor gelu_mul"),
+        ("triton_poi_fused__unsafe_view_gelu_mul_0", "inductor gelu_mul"),
         ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl("
          "at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}>(int, ...)", "aten gelu"),
         ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16, "
