@@ -147,9 +147,8 @@ def sm90_off_rungs(model: SimpleGeGLUMLP, geglu, device: str) -> list:
     choose in C++, geglu_kernels/cuda/mlp_kernels.cpp, where `sm90_serves`,
     `fused_decode_mlp`, `fused_down` and `fused_linear_gelu` ask `is_sm90()`: the device's
     capability from cudaDeviceGetAttribute, cached in a static array. No environment
-    variable and no Python state reaches it (linear.py's `_SM90_ENGINE`, where a version
-    has it, gates only the Python route, which a compiled variant's layers and
-    geglu_mlp do not take). So these rungs run the same kernels by other calls:
+    variable and no Python state reaches it. So these rungs run the same kernels by
+    other calls:
 
     - geglu_mlp fallback: what `_geglu_mlp` launches where `is_sm90()` is false
       (torch-ext/geglu_mlp.cpp: `gate_up_geglu` falls back to `gate_up` and

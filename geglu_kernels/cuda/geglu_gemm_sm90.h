@@ -46,7 +46,7 @@ enum { GEGLU_SM90_BF16 = 0, GEGLU_SM90_FP16 = 1 };
 
 // b_gate / b_up: [H] of the same dtype, contiguous, or NULL (no bias); either may be
 // given alone. approximate: nonzero = tanh form, 0 = exact (erf).
-// config: -1 picks the kernel variant by shape (what the op _geglu_linear_sm90 passes).
+// config: -1 picks the kernel variant by shape (what the product route, fused_gate_up, passes).
 // Otherwise (tuning) bits 0-7 name the variant, 0 .. geglu_gemm_sm90_num_configs()-1;
 // bits 8-11 the tile scheduler's swizzle (0: 1, c: 2^(c-1), c <= 4); bits 12-15 the
 // raster order (0 heuristic, 1 along M, 2 along N); higher bits 0.
