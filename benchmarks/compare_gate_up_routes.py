@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from compare_mlp import bench_us, graphed  # benchmarks/, the script's directory
 
 REPO = Path(__file__).resolve().parent.parent
 SHAPES = {  # name: (tokens, dim, hidden)
@@ -37,26 +38,6 @@ def load():
     from kernels import get_kernel
 
     return get_kernel("org/geglu", version=1)
-
-
-def bench_us(fn) -> float:
-    from triton.testing import do_bench
-
-    return do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-
-
-def graphed(fn):
-    """fn captured in a CUDA graph after a warm-up on a side stream; returns its replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
 
 
 def main() -> None:

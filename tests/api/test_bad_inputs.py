@@ -569,17 +569,21 @@ def test_zero_dim_and_mismatched_inputs_are_named(lib, device):
 # --------------------------------------------------------------------------- tracing, threads, compile
 
 
-@pytest.mark.parametrize("name,merged,approximate", OUT_FUNCTIONS, ids=OUT_IDS)
-def test_jit_trace_of_out_functions(lib, device, name, merged, approximate):
-    fn = getattr(lib, name)
+def write_then_double(fn):
+    """A function that writes `fn(out, x)` into a fresh [rows, 8] out and returns 2 * out."""
 
     def f(x):
         out = torch.empty(x.shape[0], 8, device=x.device)
         fn(out, x)
         return out * 2
 
+    return f
+
+
+@pytest.mark.parametrize("name,merged,approximate", OUT_FUNCTIONS, ids=OUT_IDS)
+def test_jit_trace_of_out_functions(lib, device, name, merged, approximate):
     x, _ = out_call_args(device, merged)
-    traced = torch.jit.trace(f, (x,), check_trace=False)
+    traced = torch.jit.trace(write_then_double(getattr(lib, name)), (x,), check_trace=False)
     x2, _ = out_call_args(device, merged, seed=7)
     torch.testing.assert_close(traced(x2).double(), 2 * gelu_ref(x2, merged, approximate), rtol=2e-5, atol=2e-5)
 
@@ -616,14 +620,9 @@ def test_concurrent_calls_from_threads(lib, device):
 
 @pytest.mark.parametrize("name,merged,approximate", OUT_FUNCTIONS, ids=OUT_IDS)
 def test_compiled_out_function(lib, device, name, merged, approximate):
-    fn = getattr(lib, name)
-
-    def f(x):
-        out = torch.empty(x.shape[0], 8, device=x.device)
-        fn(out, x)
-        return out * 2
-
-    torch.compiler.reset()  # one code object `f` for every case: no recompile limit across them
-    compiled = torch.compile(f, fullgraph=True, backend="inductor" if device == "cuda" else "aot_eager")
+    torch.compiler.reset()  # one code object for every case: no recompile limit across them
+    compiled = torch.compile(
+        write_then_double(getattr(lib, name)), fullgraph=True, backend="inductor" if device == "cuda" else "aot_eager"
+    )
     x, _ = out_call_args(device, merged, seed=9)
     torch.testing.assert_close(compiled(x).double(), 2 * gelu_ref(x, merged, approximate), rtol=2e-5, atol=2e-5)
