@@ -4,7 +4,7 @@ host's time to issue and wait for them, on a fresh layer, after the call was cap
 into a CUDA graph, and interleaved with eager's bursts and graph replays as
 decode_mlp.py interleaves its rows; with the argument `cublas`, the same for cuBLAS's
 GEMMs alone (decode_mlp.py's cublas row). A probe of why decode_mlp.py's plain geglu row at
-64 tokens reads 7-9 us above its graph row (docs/DESIGN.md, "Issue 15's final run").
+64 tokens reads 7-9 us above its graph row (docs/DESIGN.md, "Decode GEMMs and what bounds a decode step").
 
     python tools/probe_plain_after_capture.py [geglu|cublas]
 """

@@ -6,7 +6,7 @@
 // register-level epilogue (geglu_gemm_sm90.cuh) with kGated = false. CUTLASS's own
 // fusion epilogue (LinCombPerColBiasEltAct, through shared memory and TMA stores) was
 // the first version: it issued twice cuBLASLt's instructions and left the GELU exposed
-// (docs/DESIGN.md, "Issue 11's targets on the H200"). The GELU is gelu_math.cuh's, the
+// (docs/DESIGN.md, "Alternatives that lost"). The GELU is gelu_math.cuh's, the
 // one the package's elementwise kernels use, so every route rounds the same function.
 // Nothing but x, W and the bias is read.
 //

@@ -50,7 +50,7 @@
 //   serve a call (1-32 tokens), their two launches with y, h and the split-K workspace in
 //   one allocation (one allocator call and torch's GEMM call fewer; a kernelized GemmaMLP
 //   call's host time on an H200 host went from 21.2 to 19.0 us at 1 token with this and
-//   linear.py's shorter route checks, docs/DESIGN.md). For a transformer MLP (the output
+//   linear.py's shorter route checks, benchmarks/results/h200/decode3/host_time.log). For a transformer MLP (the output
 //   as wide as x) with a down weight of >= 48 MiB, both GEMMs run as one kernel instead
 //   (mlp_fused_sm90.cu), at 1-32 tokens; with one of 40-48 MiB, at 5-32 tokens, where the
 //   op would run cuBLAS's addmm after the gate/up (Gemma-2-2B's 40.5 MiB at 8 / 16 / 32

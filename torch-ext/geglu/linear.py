@@ -169,7 +169,7 @@ def _down_proj(h: Tensor, w_down: Tensor, b_down: Optional[Tensor], residual: Op
 # torch-ext/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
 _NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "_geglu_mlp") else frozenset()
 # The same fact as a tensor flag ("is_cuda" / "is_cpu"; a build has one backend), read per
-# call instead of x.device.type, which builds a torch.device (host time: docs/DESIGN.md).
+# call instead of x.device.type, which builds a torch.device on every read.
 _NATIVE_MLP_FLAG = next((f"is_{t}" for t in sorted(_NATIVE_MLP_DEVICE_TYPES)), None)
 
 
