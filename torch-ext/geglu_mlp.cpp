@@ -26,6 +26,7 @@
 // x is [..., K]; w_up absent: w_gate is a merged [2*hidden, K] gate/up weight (gate rows
 // first), and its bias either merged (b_gate of 2*hidden, b_up absent) or split.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -138,21 +139,23 @@ SplitGateUp split_gate_up(const Tensor &w_gate, const OptTensor &w_up, const Opt
   return s;
 }
 
-// Whether the backend's fused kernels get to see the call: it has some, and the problem
-// is not empty (the kernels take M, K, hidden > 0).
-bool fused_candidate(const Tensor &x2, const Tensor &w_gate) {
-  return kHasFusedGateUp && x2.size(0) > 0 && x2.size(1) > 0 && w_gate.size(0) > 0;
+// The operands the backend's fused kernels get to see: where it has some and the problem
+// is not empty (the kernels take M, K, hidden > 0), the split gate/up; else none.
+std::optional<SplitGateUp> fused_operands(const Tensor &x2, const Tensor &w_gate, const OptTensor &w_up,
+                                          const OptTensor &b_gate, const OptTensor &b_up) {
+  if (!kHasFusedGateUp || x2.size(0) == 0 || x2.size(1) == 0 || w_gate.size(0) == 0) return std::nullopt;
+  return split_gate_up(w_gate, w_up, b_gate, b_up);
 }
 
 // h = gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up) for x [M, K]: the backend's fused
-// gate/up GEMM where it has one for the call (fused_gate_up), else torch's GEMM writing
-// [gate | up] and the geglu kernel on its halves. The one gate/up route of _geglu_mlp
-// and _geglu_linear.
+// gate/up GEMM where it has one for the call (fused_gate_up on `fused`, fused_operands'
+// result), else torch's GEMM writing [gate | up] and the geglu kernel on its halves. The
+// one gate/up route of _geglu_mlp and _geglu_linear.
 Tensor gate_up_geglu(const Tensor &x2, const Tensor &w_gate, const OptTensor &w_up, const OptTensor &b_gate,
-                     const OptTensor &b_up, bool tanh, std::string_view approximate) {
-  if (fused_candidate(x2, w_gate)) {
-    const SplitGateUp s = split_gate_up(w_gate, w_up, b_gate, b_up);
-    if (OptTensor h = fused_gate_up(x2, s.w_gate, s.w_up, s.b_gate, s.b_up, tanh)) return *h;
+                     const OptTensor &b_up, const std::optional<SplitGateUp> &fused, bool tanh,
+                     std::string_view approximate) {
+  if (fused.has_value()) {
+    if (OptTensor h = fused_gate_up(x2, fused->w_gate, fused->w_up, fused->b_gate, fused->b_up, tanh)) return *h;
   }
   return geglu_halves(gate_up(x2, w_gate, w_up, b_gate, b_up), approximate);
 }
@@ -164,15 +167,15 @@ Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, c
                  std::string_view approximate) {
   const Problem p = check_and_flatten(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate);
   const device::DeviceGuard guard(x.get_device_index());
-  if (fused_candidate(p.x, w_gate)) {
-    const SplitGateUp s = split_gate_up(w_gate, w_up, b_gate, b_up);
+  const std::optional<SplitGateUp> fused = fused_operands(p.x, w_gate, w_up, b_gate, b_up);
+  if (fused.has_value()) {
     const IntArrayRef out_shape(p.out_shape.data(), p.out_shape.size());
-    if (OptTensor y = fused_decode_mlp(p.x, s.w_gate, s.w_up, s.b_gate, s.b_up, w_down, b_down, p.residual, p.tanh,
-                                       out_shape)) {
+    if (OptTensor y = fused_decode_mlp(p.x, fused->w_gate, fused->w_up, fused->b_gate, fused->b_up, w_down, b_down,
+                                       p.residual, p.tanh, out_shape)) {
       return *y;
     }
   }
-  const Tensor h = gate_up_geglu(p.x, w_gate, w_up, b_gate, b_up, p.tanh, approximate);
+  const Tensor h = gate_up_geglu(p.x, w_gate, w_up, b_gate, b_up, fused, p.tanh, approximate);
   return restore_shape(down(h, w_down, b_down, p.residual), p);
 }
 
@@ -182,7 +185,9 @@ Tensor geglu_linear(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up
   const int64_t hidden = gemm_checks::check_gate_up(x, w_gate, w_up, b_gate, b_up);
   const bool tanh = gemm_checks::is_tanh(approximate);
   const device::DeviceGuard guard(x.get_device_index());
-  const Tensor h = gate_up_geglu(x.dim() == 2 ? x : as_rows(x), w_gate, w_up, b_gate, b_up, tanh, approximate);
+  const Tensor x2 = x.dim() == 2 ? x : as_rows(x);
+  const Tensor h = gate_up_geglu(x2, w_gate, w_up, b_gate, b_up, fused_operands(x2, w_gate, w_up, b_gate, b_up), tanh,
+                                 approximate);
   if (x.dim() == 2) return h;
   const IntArrayRef xs = x.sizes();
   std::vector<int64_t> out_shape(xs.begin(), xs.end());

@@ -123,8 +123,9 @@ if triton_gemm is not None and not hasattr(ops, "_geglu_linear_fused"):
 
 
 def _fused_gate_up(x: Tensor, g: _GateUp, approximate: str) -> Optional[Tensor]:
-    """The Triton fused gate/up GEMM for this call, or None where it does not run: not CUDA, no triton, an empty problem,
-    an operand without unit column stride, or float32 while torch keeps float32 matmuls
+    """The Triton fused gate/up GEMM for this call, or None where it does not run: not
+    CUDA, no triton, an empty problem, an operand without unit column stride, or
+    float32 while torch keeps float32 matmuls
     in full precision (the Triton kernel's float32 dot is TF32, which torch runs only
     when `torch.backends.cuda.matmul.allow_tf32` says so; its default is off)."""
     if x.device.type != "cuda" or 0 in (x.shape[0], x.shape[1], g.w_gate.shape[0]):
