@@ -150,8 +150,8 @@ if HAS_TRITON:
             return y.to(dtype).to(tl.float32)
 
     @triton.jit
-    def _gelu_eager(g, APPROXIMATE_TANH: tl.constexpr, INTERPRETED: tl.constexpr):
-        """F.gelu(g) of float32 g, operation for operation as ATen's CUDA kernel."""
+    def _gelu_eager(g, APPROXIMATE_TANH: tl.constexpr):
+        """F.gelu(g) of float32 g in ATen's CUDA formula and operation order (tanh: `_tanh`)."""
         if APPROXIMATE_TANH:
             g_cube = g * g * g
             # g + kappa * g^3 as one FMA, as nvcc contracts ATen's (spelled out: Triton's
@@ -215,7 +215,7 @@ if HAS_TRITON:
 
         dtype: tl.constexpr = out_ptr.dtype.element_ty
         g = tl.load(gate_ptr + (rows * gate_row_stride)[:, None] + cols, mask=mask, other=0.0)
-        y = _gelu_eager(g.to(tl.float32), APPROXIMATE_TANH, INTERPRETED)
+        y = _gelu_eager(g.to(tl.float32), APPROXIMATE_TANH)
         if HAS_UP:
             u = tl.load(up_ptr + (rows * up_row_stride)[:, None] + cols, mask=mask, other=0.0)
             # Eager's F.gelu(gate) * up: gelu rounded to the storage dtype, then the product.
