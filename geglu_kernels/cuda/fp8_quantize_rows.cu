@@ -1,0 +1,102 @@
+// x [M, K] (bf16 / fp16) to e4m3 with one float32 scale per row and 128-column group:
+// the FP8 MLP's activation quantization (fp8_mlp_sm90.h states the rule). One pass,
+// bandwidth bound: 16 threads per group, 8 elements (16 bytes) each; the group's amax is
+// a max over those 16 lanes. The scales go out M-major (s[g * ld_s + m]), the layout the
+// gate/up GEMM loads with TMA.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "fp8_mlp_sm90.h"
+#include "geglu_gemm_sm90.h"
+#include "sm90_launcher.cuh"
+
+namespace fp8_sm90 {
+namespace {
+
+constexpr int kThreadsPerGroup = 16;
+constexpr int kBlockThreads = 256;
+
+__device__ __forceinline__ void to_float8(uint4 v, bool bf16, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (bf16) {
+      const float2 p = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    } else {
+      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+  uint16_t v;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(v) : "f"(hi), "f"(lo));
+  return v;
+}
+
+__global__ void __launch_bounds__(kBlockThreads) quantize_rows_kernel(const uint16_t* __restrict__ x, int64_t ldx,
+                                                                      bool bf16, int64_t M, int64_t groups_per_row,
+                                                                      uint8_t* __restrict__ q, float* __restrict__ s,
+                                                                      int64_t ld_s) {
+  const int64_t group = (int64_t(blockIdx.x) * kBlockThreads + threadIdx.x) / kThreadsPerGroup;
+  const int lane = threadIdx.x % kThreadsPerGroup;
+  const bool live = group < M * groups_per_row;
+  const int64_t row = live ? group / groups_per_row : 0;
+  const int64_t g = live ? group % groups_per_row : 0;
+  const int64_t col = g * 128 + lane * 8;
+  float f[8];
+  float amax = 0.0f;
+  if (live) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + row * ldx + col));
+    to_float8(v, bf16, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+  }
+#pragma unroll
+  for (int o = kThreadsPerGroup / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!live) return;
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  uint2 out;
+  out.x = e4m3x2(__fdiv_rn(f[0], scale), __fdiv_rn(f[1], scale)) |
+          (e4m3x2(__fdiv_rn(f[2], scale), __fdiv_rn(f[3], scale)) << 16);
+  out.y = e4m3x2(__fdiv_rn(f[4], scale), __fdiv_rn(f[5], scale)) |
+          (e4m3x2(__fdiv_rn(f[6], scale), __fdiv_rn(f[7], scale)) << 16);
+  *reinterpret_cast<uint2*>(q + row * (groups_per_row * 128) + col) = out;
+  if (lane == 0) s[g * ld_s + row] = scale;
+}
+
+}  // namespace
+}  // namespace fp8_sm90
+
+extern "C" int geglu_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, int64_t K, int dtype, void* q,
+                                       float* s, int64_t ld_s, void* stream) {
+  using namespace fp8_sm90;
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  if (M < 0 || K < 128 || K % 128 != 0 || ldx < K || ld_s < M) return GEGLU_SM90_ERR_SHAPE;
+  if (ldx % 8 != 0) return GEGLU_SM90_ERR_STRIDE;
+  if ((reinterpret_cast<uintptr_t>(x) & 15u) || (reinterpret_cast<uintptr_t>(q) & 15u) ||
+      (reinterpret_cast<uintptr_t>(s) & 3u)) {
+    return GEGLU_SM90_ERR_ALIGN;
+  }
+  if (M == 0) return GEGLU_SM90_OK;
+  const int64_t groups = M * (K / 128);
+  const int64_t blocks = (groups * kThreadsPerGroup + kBlockThreads - 1) / kBlockThreads;
+  if (blocks >= (int64_t(1) << 31)) return GEGLU_SM90_ERR_SHAPE;
+  quantize_rows_kernel<<<unsigned(blocks), kBlockThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint16_t*>(x), ldx, dtype == GEGLU_SM90_BF16, M, K / 128, static_cast<uint8_t*>(q), s,
+      ld_s);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    sm90_launcher::record_cuda_error(e);
+    return GEGLU_SM90_ERR_CUDA;
+  }
+  return GEGLU_SM90_OK;
+}
