@@ -1,4 +1,4 @@
-"""Issue 15's kernel-level rows: one Gemma MLP layer at decode, in plain calls and
+"""One Gemma MLP layer at decode, in plain calls and
 replayed from a CUDA graph, against the weight-read floor.
 
     python benchmarks/decode_mlp.py [--sizes gemma-7b,gemma-2b] [--tokens 1,16,64] [--rounds 5]

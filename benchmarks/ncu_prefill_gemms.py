@@ -1,4 +1,4 @@
-"""One launch each of the prefill GEMMs behind issue 11's targets, for Nsight Compute.
+"""One launch each of the prefill GEMMs of the MLP, for Nsight Compute.
 
 The product's routes (loaded through `kernels`, as users load them) beside the cuBLAS
 GEMMs they are measured against, bf16, fresh random inputs, each warmed up first; only

@@ -6,7 +6,7 @@ gate/up with the down projection the op runs after it (with --decode-lib, the de
 linear at 1-4 tokens; cuBLAS's addmm above), beside eager's kernels (cuBLAS's merged
 GEMM, torch's GeGLU, addmm). (The same-run comparison with the decode
 gate/up kernel this one replaced at 1-4 tokens: commit e20bd53's version of this script,
---decode-lib a build of that commit's decode_sm90.cu; results/h200/swap/.)
+--decode-lib a build of that commit's decode_sm90.cu; H200, 2026-11-26: benchmarks/results/h200_2026-11-26/check_swap_vs_decode_h200.log.)
 
 Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN, M = 1..64
 over odd (multiple-of-8) K and any H, biases, padded strides, a merged weight read in
