@@ -2,7 +2,7 @@
 ctypes, before and apart from the torch op: x quantized per 1x128 group, the gate/up
 GEMM with the GeGLU and h's quantization in its epilogue, the down GEMM.
 
-    tools/sm90_gemm/build_lib.sh geglu_kernels/cuda/fp8_mlp_sm90.cu libfp8_mlp_sm90 \
+    tools/sm90_gemm/build_lib.sh tools/sm90_gemm/fp8_gate_up_variants.cu libfp8_mlp_sm90 \
         geglu_kernels/cuda/fp8_quantize_rows.cu
     python tools/sm90_gemm/check_fp8_mlp.py [out_dir]
 
@@ -29,6 +29,7 @@ P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 lib.geglu_fp8_quantize_rows.argtypes = [P, I64, I64, I64, I, P, P, I64, P]
 lib.geglu_fp8_sm90_gate_up.argtypes = [P, P, I64, I64, I64, P, P, P, P, I64, P, P, I64, I, P]
 lib.geglu_fp8_sm90_down.argtypes = [P, P, I64, I64, I64, P, P, I64, P, P, I, P]
+lib.geglu_fp8_sm90_gate_up_variant.argtypes = [I] + lib.geglu_fp8_sm90_gate_up.argtypes
 
 
 def stream():
@@ -150,6 +151,23 @@ def check(M, d, H, residual=False, approximate=1, dtype=torch.bfloat16):
                 h_bytes_differ=hq_diff, ok=bool(ok))
 
 
+def check_pingpong(M, d, H):
+    """The Pingpong gate/up against the Cooperative one: the same h, byte for byte up to
+    the accumulation order (both promote per 128-deep block in the same order)."""
+    m = Fp8Mlp(M, d, H)
+    m.run()
+    hq, sh = m.hq.clone(), m.sh.clone()
+    m.hq.fill_(float("nan"))
+    st = lib.geglu_fp8_sm90_gate_up_variant(1, m.xq.data_ptr(), m.sx.data_ptr(), m.ld, M, d, m.wg.data_ptr(),
+                                            m.sg.data_ptr(), m.wu.data_ptr(), m.su.data_ptr(), H, m.hq.data_ptr(),
+                                            m.sh.data_ptr(), m.ld, 1, stream())
+    torch.cuda.synchronize()
+    same = (m.hq.view(torch.uint8) == hq.view(torch.uint8)).float().mean().item()
+    log(f"pingpong vs cooperative M={M} d={d} H={H}: status {st}, h bytes equal {same:.6f}, "
+        f"scales equal {(m.sh[:, :M] == sh[:, :M]).float().mean().item():.6f}")
+    return dict(M=M, d=d, H=H, equal=same, ok=bool(st == 0 and same > 0.999))
+
+
 def edge_rows():
     """Zero rows, a row with one huge value, an inf row and a NaN row."""
     m = Fp8Mlp(8, 256, 256)
@@ -206,9 +224,16 @@ def bench(M, d, H):
         lib.geglu_fp8_sm90_down(m.hq.data_ptr(), m.sh.data_ptr(), m.ld, M, H, m.wd.data_ptr(), m.sd.data_ptr(), d,
                                 None, m.out.data_ptr(), dt, s)
 
+    def gate_up_pingpong():
+        st = lib.geglu_fp8_sm90_gate_up_variant(1, m.xq.data_ptr(), m.sx.data_ptr(), m.ld, M, d, m.wg.data_ptr(),
+                                                m.sg.data_ptr(), m.wu.data_ptr(), m.su.data_ptr(), H, m.hq.data_ptr(),
+                                                m.sh.data_ptr(), m.ld, 1, s)
+        assert st == 0, st
+
     rows = {}
     for name, fn in (("bf16 cuBLAS GEMMs alone", bf16_gemms), ("FP8 GEMMs alone", fp8_gemms), ("ours FP8", m.run),
-                     ("ours: quantize x", quant), ("ours: gate/up", gate_up), ("ours: down", down)):
+                     ("ours: quantize x", quant), ("ours: gate/up", gate_up), ("ours: gate/up pingpong", gate_up_pingpong),
+                     ("ours: down", down)):
         fn()
         torch.cuda.synchronize()
         rows[name] = do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
@@ -236,6 +261,8 @@ def main():
     checks.append(check(200, 768, 3072, residual=True, dtype=torch.float16))
     checks.append(check(4096, 2048, 16384))
     checks.append(check(16, 3072, 24576))
+    checks.append(check_pingpong(1000, 768, 3072))
+    checks.append(check_pingpong(129, 2048, 1024))
     edge = edge_rows()
     benches = []
     for M, d, H in ((8192, 768, 3072), (4096, 2048, 16384), (4096, 3072, 24576), (16, 3072, 24576),
