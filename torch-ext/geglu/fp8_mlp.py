@@ -178,17 +178,16 @@ def _check_inference_only(x, residual) -> None:
 _HAS_NATIVE_FP8 = hasattr(ops, "_geglu_mlp_fp8")
 # (major, minor) of the GPU the native op's fused kernels are built for.
 _FUSED_CAPABILITY = (9, 0)
-# device index -> whether its GPU is sm_90, filled on first use (eager calls): reading
-# the capability costs a few microseconds, a decode step's budget for the whole call.
+# device index -> whether that GPU is sm_90, filled on first use: reading the
+# properties costs microseconds, a decode step's budget for the whole call.
 _FUSED_DEVICES = {}
 
 
-def _fused_device(x: Tensor) -> bool:
-    """Whether x's GPU runs the native op's fused kernels (sm_90)."""
-    index = x.get_device()
-    if torch.compiler.is_compiling():  # Dynamo folds the properties to constants
-        props = torch.cuda.get_device_properties(index)
-        return (props.major, props.minor) == _FUSED_CAPABILITY
+@torch.compiler.assume_constant_result
+def _fused_device_index(index: int) -> bool:
+    """Whether CUDA device `index` runs the native op's fused kernels (sm_90). Under
+    torch.compile the answer is taken at trace time as a constant (the device of a
+    compiled graph's inputs is guarded on), so the capability query is not traced."""
     fused = _FUSED_DEVICES.get(index)
     if fused is None:
         props = torch.cuda.get_device_properties(index)
@@ -201,7 +200,7 @@ def _native_fp8_x(x) -> bool:
     CUDA tensor (linear.py's _native_x test) on an sm_90 GPU."""
     if not _HAS_NATIVE_FP8 or type(x) not in PLAIN_TYPES or not x.is_cuda:
         return False
-    return _fused_device(x)
+    return _fused_device_index(x.get_device())
 
 
 def _geglu_mlp_fp8_fake(x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale, residual, approximate):
