@@ -616,6 +616,15 @@ def assert_kernel_matches_ref(out, ref, true=None, what=""):
         assert rel_rms(out, ref) < 0.25 * rel_rms(ref, true), what
 
 
+def assert_same_up_to_accumulation_order(a, b):
+    """Two runs of the same kernels: equal, but for a split-K reduction whose float32
+    order may vary between launches, which moves an output by at most one ulp of its
+    dtype (or by a quantization step of h that such a difference tips over)."""
+    assert a.shape == b.shape and a.dtype == b.dtype and a.isfinite().all()
+    if not torch.equal(a, b):
+        assert_kernel_matches_ref(a, b.double(), what="same kernels")
+
+
 @pytest.fixture
 def native(kernel):
     """The native op, where the fused kernels serve this GPU; else a visible skip."""
@@ -718,7 +727,7 @@ def test_native_compile_fullgraph(kernel, native):
     x, weights, res, _ = mlp_inputs(16, 768, 3072, 768, torch.bfloat16, device="cuda", residual=True)
     fn = torch.compile(lambda x, r: kernel.geglu_mlp_fp8(x, *weights, residual=r), fullgraph=True)
     y = fn(x, res)
-    torch.testing.assert_close(y, kernel.geglu_mlp_fp8(x, *weights, residual=res), rtol=0, atol=0)
+    assert_same_up_to_accumulation_order(y, kernel.geglu_mlp_fp8(x, *weights, residual=res))
     x2 = rand((40, 768), torch.bfloat16, seed=9, device="cuda")  # another M: dynamic shapes
     r2 = rand((40, 768), torch.bfloat16, seed=10, device="cuda")
     assert_kernel_matches_ref(fn(x2, r2), ref64(x2, weights, r2, "tanh"), what="compiled, new M")
@@ -743,7 +752,7 @@ def test_native_cuda_graph_capture_and_replay(kernel, native):
         static_y.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(static_y, kernel.geglu_mlp_fp8(new_x, *weights, residual=static_res))
+        assert_same_up_to_accumulation_order(static_y, kernel.geglu_mlp_fp8(new_x, *weights, residual=static_res))
 
 
 @cuda
