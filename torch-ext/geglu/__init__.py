@@ -1,5 +1,6 @@
 """geglu: GeGLU activations (exact and tanh GELU, forward and backward) and GEMMs
-with bias/GELU/GeGLU in the epilogue, for CUDA (compiled + Triton) and CPU."""
+with bias/GELU/GeGLU in the epilogue, for CUDA (compiled + Triton) and CPU; and a
+block-scaled FP8 GeGLU MLP for inference."""
 
 from . import layers
 from .activation import (
@@ -11,6 +12,7 @@ from .activation import (
     gelu_tanh,
     gelu_tanh_and_mul,
 )
+from .fp8_mlp import geglu_mlp_fp8
 from .linear import geglu_linear, geglu_mlp, linear_bias, linear_bias_gelu
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "geglu_merged",
     "geglu_linear",
     "geglu_mlp",
+    "geglu_mlp_fp8",
     "gelu",
     "gelu_and_mul",
     "gelu_tanh",

@@ -16,8 +16,11 @@ decides whether the module is one the kernels compute exactly.
 The functional API these call picks the kernel for the tensor's device (compiled
 or Triton on CUDA, native kernels on CPU), so a kernelized model also runs on CPU.
 
+Gemma MLPs whose projections are Transformers' block-scaled `FP8Linear` run the FP8 MLP
+(`geglu_mlp_fp8`) on the modules' FP8 weights and scales, for inference.
+
 When a module is configured in a way the fused kernels do not compute (another
-activation, quantized or mixed-dtype weights, autocast), `forward` computes exactly
+activation, other quantized or mixed-dtype weights, autocast), `forward` computes exactly
 what the original module does, so kernelizing never changes a model's results.
 
 Under tensor parallelism (DTensor weights) the GeGLU blocks run the fused gate/up GEMM
@@ -34,6 +37,7 @@ import torch.nn.functional as F
 
 from ._tensor_parallel import local_gate_up
 from .activation import geglu_merged, gelu, gelu_tanh
+from .fp8_mlp import geglu_mlp_fp8
 from .linear import geglu_linear, geglu_mlp_call, linear_bias_gelu
 
 # dtypes the kernels compute in (math in float32).
@@ -122,9 +126,76 @@ def _linear_operands(x: torch.Tensor, *linears):
     return operands
 
 
+# --------------------------------------------------------------------------- FP8 projections
+
+# Transformers' FP8Linear (FineGrainedFP8Config), matched by class name as the
+# activations are: FP8GroupedLinear and other subclasses compute something else.
+_FP8_LINEAR_NAME = "FP8Linear"
+_FP8_WEIGHT_DTYPE = torch.float8_e4m3fn
+_FP8_ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
+_FP8_BLOCK = 128
+
+
+def _fp8_operands(x: torch.Tensor, *linears):
+    """[weight, weight_scale_inv, ...] of `linears` when geglu_mlp_fp8 computes what
+    calling them would: each a Transformers `FP8Linear` with 128x128 block scales
+    (`block_size` (128, 128) or [128, 128]), the dynamic activation scheme (per-token
+    1x128 groups, quantized in the forward; the static scheme's per-tensor
+    `activation_scale` is another computation), a dense float8_e4m3fn weight whose
+    sizes are multiples of 128, dense float32 `weight_scale_inv` of the block shape
+    [out/128, in/128], no bias, no forward set on the instance and no hooks (as
+    _linear_operands); x a dense float16/bfloat16 tensor, no autocast, and no gradient
+    needed (FP8Linear gives x a gradient through its own autograd Function; the FP8 MLP
+    is inference-only). Else None: the module's own computation runs.
+
+    Per-tensor scales (`block_size=None`) fall back. `scale_fmt="ue8m0"` only rounds
+    each block scale to a power of two when quantizing, and dequantizes the same way
+    (w * scale), but stores the scales as float8_e8m0fnu: the kernels read float32
+    scales in place, and converting would copy them on every call, so those modules
+    fall back too (they fail the float32 test).
+
+    The tensors are the modules' own parameters, read in place (no copies, no state)."""
+    if x.dtype not in _FP8_ACTIVATION_DTYPES or x.layout != torch.strided or x.is_nested or _is_dtensor(x):
+        return None
+    if x.requires_grad and torch.is_grad_enabled():
+        return None
+    if torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
+        return None
+    operands = []
+    for m in linears:
+        if type(m).__name__ != _FP8_LINEAR_NAME:
+            return None
+        state = m.__dict__
+        if state["_forward_hooks"] or state["_forward_pre_hooks"] or "forward" in state:
+            return None
+        block = state.get("block_size")
+        if not isinstance(block, (tuple, list)) or tuple(block) != (_FP8_BLOCK, _FP8_BLOCK):
+            return None
+        if state.get("activation_scheme") != "dynamic":
+            return None
+        params = state["_parameters"]
+        if params.get("bias") is not None or params.get("activation_scale") is not None:
+            return None
+        w, scale = params.get("weight"), params.get("weight_scale_inv")
+        if type(w) not in _DENSE_TYPES or w.dtype != _FP8_WEIGHT_DTYPE or w.dim() != 2:
+            return None
+        n, k = w.shape
+        if n % _FP8_BLOCK or k % _FP8_BLOCK:
+            return None
+        if type(scale) not in _DENSE_TYPES or scale.dtype != torch.float32:
+            return None
+        if tuple(scale.shape) != (n // _FP8_BLOCK, k // _FP8_BLOCK):
+            return None
+        operands.append(w)
+        operands.append(scale)
+    return operands
+
+
 def _gated_gelu_mlp(x: torch.Tensor, gate, up, down, act, dropout=None) -> torch.Tensor:
     """down(dropout(act(gate(x)) * up(x))) for GeGLU blocks: one fused MLP call where the
-    modules are ones the kernels compute exactly and dropout is inactive; the gate/up
+    modules are ones the kernels compute exactly and dropout is inactive (plain
+    nn.Linear first; then, without a dropout module, three FP8Linear the FP8 MLP
+    computes: _fp8_operands); the gate/up
     GEMM with the GeGLU epilogue, then dropout and `down`, where only gate/up are;
     the modules' own computation otherwise."""
     approximate = _gelu_approximate(act)
@@ -136,6 +207,11 @@ def _gated_gelu_mlp(x: torch.Tensor, gate, up, down, act, dropout=None) -> torch
         if operands is not None:
             w_gate, b_gate, w_up, b_up, w_down, b_down = operands
             return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, None, approximate)
+        # Blocks with a dropout (T5) are not served: T5 casts h to `wo`'s weight dtype,
+        # which for an FP8Linear `wo` would be float8 (Transformers keeps T5's wo unquantized).
+        fp8 = _fp8_operands(x, gate, up, down) if dropout is None else None
+        if fp8 is not None:
+            return geglu_mlp_fp8(x, *fp8, None, approximate)
     gate_up = _linear_operands(x, gate, up)
     if gate_up is not None:
         w_gate, b_gate, w_up, b_up = gate_up
@@ -266,7 +342,12 @@ class GeGLUMLP(nn.Module):
 
     Runs as two fused GEMMs: gate and up with the GeGLU in the epilogue, then down.
     Reads `gate_proj`, `up_proj`, `down_proj` (nn.Linear) and `act_fn`, whose GELU
-    flavour (tanh or exact) it computes; projection biases are honoured when present."""
+    flavour (tanh or exact) it computes; projection biases are honoured when present.
+
+    Projections that are Transformers `FP8Linear` modules (FineGrainedFP8Config: 128x128
+    block scales, dynamic activations, no bias) run as `geglu_mlp_fp8` on their FP8
+    weights and float32 scales where no gradient is needed; any other FP8 configuration
+    runs the module's own forward (_fp8_operands lists the conditions)."""
 
     has_backward = True
     can_torch_compile = True
