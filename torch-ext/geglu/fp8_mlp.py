@@ -24,7 +24,8 @@ needs a gradient in grad mode raises (the layers run the module's own forward th
 which has FP8Linear's input gradient).
 
 Where it runs: a compiled CUDA variant carries the native op `_geglu_mlp_fp8`
-(torch-ext/, fused kernels for sm_90), which a plain CUDA tensor on an sm_90 GPU takes;
+(torch-ext/geglu_mlp_fp8.cpp), which a plain CUDA tensor takes on a GPU whose kernels
+the backend has (it says which through `_geglu_mlp_fp8_serves`: the sm_90 engine);
 everything else (CPU, other GPUs, the noarch variant, tensor subclasses) runs the
 dequantizing composite in torch ops, which computes the same function.
 """
@@ -60,7 +61,10 @@ def quantize_rows_1x128(v: Tensor) -> Tuple[Tensor, Tensor]:
     amax = groups.abs().amax(dim=-1)
     # NaN > 0 is False: a NaN group gets scale 1 and keeps its NaN; an inf group gets an
     # inf scale and inf / inf = NaN. Either way the row's output is NaN.
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    # amax / 448 correctly rounded, as the kernels compute it: on CUDA torch divides by a
+    # Python scalar as a multiply by its reciprocal, one ulp off at times, which moves
+    # exact ties of bf16 inputs (x / scale = 184.0, between e4m3's 176 and 192).
+    scale = torch.where(amax > 0, amax / torch.full_like(amax, FP8_MAX), torch.ones_like(amax))
     q = (groups / scale.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return q.reshape(rows, cols), scale
 
@@ -176,31 +180,30 @@ def _check_inference_only(x, residual) -> None:
 # --------------------------------------------------------------------------- the native op
 
 _HAS_NATIVE_FP8 = hasattr(ops, "_geglu_mlp_fp8")
-# (major, minor) of the GPU the native op's fused kernels are built for.
-_FUSED_CAPABILITY = (9, 0)
-# device index -> whether that GPU is sm_90, filled on first use: reading the
-# properties costs microseconds, a decode step's budget for the whole call.
-_FUSED_DEVICES = {}
+# device index -> whether the native op's kernels serve that GPU, as the op's
+# `_geglu_mlp_fp8_serves` says (the backend decides: the sm_90 engine), asked once per
+# device: a call per MLP call would cost microseconds of a decode step's host time.
+_SERVED_DEVICES = {}
 
 
 @torch.compiler.assume_constant_result
-def _fused_device_index(index: int) -> bool:
-    """Whether CUDA device `index` runs the native op's fused kernels (sm_90). Under
-    torch.compile the answer is taken at trace time as a constant (the device of a
-    compiled graph's inputs is guarded on), so the capability query is not traced."""
-    fused = _FUSED_DEVICES.get(index)
-    if fused is None:
-        props = torch.cuda.get_device_properties(index)
-        fused = _FUSED_DEVICES[index] = (props.major, props.minor) == _FUSED_CAPABILITY
-    return fused
+def _served_device_index(index: int) -> bool:
+    """Whether CUDA device `index` runs the native op. Under torch.compile the answer is
+    taken at trace time as a constant (the device of a compiled graph's inputs is guarded
+    on), so the query is not traced."""
+    served = _SERVED_DEVICES.get(index)
+    if served is None:
+        probe = torch.empty(0, device=torch.device("cuda", index))
+        served = _SERVED_DEVICES[index] = bool(ops._geglu_mlp_fp8_serves.default(probe))
+    return served
 
 
 def _native_fp8_x(x) -> bool:
     """Whether a call with this x goes to the native op: the build has it, x is a plain
-    CUDA tensor (linear.py's _native_x test) on an sm_90 GPU."""
+    CUDA tensor (linear.py's _native_x test) on a GPU the op's kernels serve."""
     if not _HAS_NATIVE_FP8 or type(x) not in PLAIN_TYPES or not x.is_cuda:
         return False
-    return _fused_device_index(x.get_device())
+    return _served_device_index(x.get_device())
 
 
 def _geglu_mlp_fp8_fake(x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale, residual, approximate):
@@ -214,6 +217,10 @@ if _HAS_NATIVE_FP8:
         torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_fp8"), _geglu_mlp_fp8_fake)
     except RuntimeError:  # a second import of the same build: registered by the first
         pass
+
+
+def _dense(t):
+    return t if t is None or t.is_contiguous() else t.contiguous()
 
 
 # --------------------------------------------------------------------------- public API
@@ -249,7 +256,8 @@ def geglu_mlp_fp8(
     if type(approximate) is str and _native_fp8_x(x) and all_plain(*args[1:8]):
         try:
             # .default: the overload itself, without the packet's overload resolution per call.
-            return ops._geglu_mlp_fp8.default(*args)
+            # The kernels read dense rows: a strided view runs as its contiguous copy.
+            return ops._geglu_mlp_fp8.default(*(_dense(t) for t in args[:8]), approximate)
         except RuntimeError:
             _refused_by_dispatcher(_check_mlp_fp8, *args)
     return _geglu_mlp_fp8_composed(*args)
