@@ -10,7 +10,7 @@ the same weights.
                     GeGLUMLP layer (the forward a Transformers model gets)
 
 Both geglu rungs are one native op (`_geglu_mlp`). On an H100 / H200 at the post's
-8192 tokens its routes (geglu_kernels/cuda/mlp_kernels.cpp) launch the gate/up GEMM
+8192 tokens its routes (geglu_kernels/cuda/fused_gemm_router.cpp) launch the gate/up GEMM
 with the GeGLU in its epilogue, then cuBLAS's down GEMM: 2 kernels (at 1-32 tokens other
 kernels serve). With `without_sm90`, two rungs show what
 a GPU without the Hopper engine (A100-class) runs, on the same card; see
@@ -144,7 +144,7 @@ def sm90_off_rungs(model: SimpleGeGLUMLP, geglu, device: str) -> list:
     """What a GPU without the Hopper engine (A100-class) runs, shown on any GPU.
 
     No switch turns the engine off for the native ops: `_geglu_mlp` (and `_geglu_linear`)
-    choose in C++, geglu_kernels/cuda/mlp_kernels.cpp, where `sm90_serves`,
+    choose in C++, geglu_kernels/cuda/fused_gemm_router.cpp, where `sm90_serves`,
     `fused_decode_mlp`, `fused_down` and `fused_linear_gelu` ask `is_sm90()`: the device's
     capability from cudaDeviceGetAttribute, cached in a static array. No environment
     variable and no Python state reaches it. So these rungs run the same kernels by
@@ -198,7 +198,7 @@ def sm90_off_rungs(model: SimpleGeGLUMLP, geglu, device: str) -> list:
 
 def sm90_engine_serves(geglu, device: str, dtype: torch.dtype) -> bool:
     """Whether the native op runs the Hopper engine here: a compiled CUDA variant (it has
-    `_geglu_mlp`) on a capability 9.0 GPU, in bf16 / fp16 (mlp_kernels.cpp's rules; the
+    `_geglu_mlp`) on a capability 9.0 GPU, in bf16 / fp16 (fused_gemm_router.cpp's rules; the
     post's shapes meet its alignment rules)."""
     return (
         device == "cuda"

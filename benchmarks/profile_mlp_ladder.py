@@ -14,7 +14,7 @@ is no GPU lane, the forward's outermost compute ops), the dispatcher ops the hos
 per forward (aten:: / the package's / other), and the forward's time: its kernels' time
 from the profile and its median wall time outside the profiler. The post counts 5
 kernels eager, 4 compiled, 4 with Liger; the package's MLP on an H100 / H200 should run
-2 (its routes in geglu_kernels/cuda/mlp_kernels.cpp; the profile is what says).
+2 (its routes in geglu_kernels/cuda/fused_gemm_router.cpp; the profile is what says).
 
 --json writes a summary (device, versions, date, shape, per rung the kernels per
 forward, op counts, times, and the one traced forward's lane); --trace-dir one Chrome
@@ -44,7 +44,7 @@ RUNG_NAMES = ("eager", "torch.compile", "liger", "geglu_mlp", "kernelized")
 # What --without-sm90 can and cannot switch off (mlp_ladder.sm90_off_rungs has the detail).
 SM90_OFF_NOTE = (
     "no switch reaches the native op's choice of the sm_90 engine (C++ is_sm90() in "
-    "geglu_kernels/cuda/mlp_kernels.cpp): the geglu_mlp and kernelized rungs keep it; the 'no sm90' "
+    "geglu_kernels/cuda/fused_gemm_router.cpp): the geglu_mlp and kernelized rungs keep it; the 'no sm90' "
     "rungs run the kernels of the routes without it by other calls"
 )
 # Relative error a rung may have against eager: half-precision GEMMs round each

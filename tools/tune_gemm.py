@@ -66,7 +66,7 @@ def candidates(C, bucket: str):
             C("tma", 128, 64, 64, 8, 4, 4), C("tile", 128, 128, 64, 8, 8, 3), C("tile", 128, 64, 64, 8, 4, 4),
             # A 4th stage, the persistent TMA kernel with unflattened loops, and a wider
             # group-M swizzle (16 M tiles per band of weight tiles in L2). The last won
-            # the second H100 tune (benchmarks/results/h100_2026-11-22/tune_gemm_two_h100.log).
+            # the second H100 tune.
             C("tile", 128, 128, 64, 8, 8, 4), C("tma", 128, 128, 64, 8, 8, 4, 1, False),
             C("tile", 128, 128, 64, 16, 8, 3), C("tma", 128, 128, 64, 16, 8, 3, 1, False),
         ]  # fmt: skip

@@ -6,7 +6,7 @@
 // Routes, for real tensors of this build's device (fake ones use the fake in linear.py):
 // - CUDA: the backend's bias + GELU GEMM where it has a faster one than cuBLAS
 //   (fused_linear_gelu: the Hopper engine, both GELU forms, at the shapes
-//   geglu_kernels/cuda/mlp_kernels.cpp lists);
+//   geglu_kernels/cuda/fused_gemm_router.cpp lists);
 // - CUDA, tanh GELU with a bias: cuBLASLt's GELU_BIAS epilogue (_addmm_activation: one
 //   kernel; the CPU _addmm_activation applies the exact GELU, so CPU never takes it);
 // - otherwise torch's GEMM with the bias in it, then this package's gelu kernel in place.

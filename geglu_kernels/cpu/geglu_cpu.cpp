@@ -1,4 +1,4 @@
-// CPU implementation of the activation ops of torch-ext/torch_binding.h, on torch's
+// CPU implementation of the activation ops of common/activation_ops.h, on torch's
 // stable ABI: argument checks, the [rows, width] view of each tensor, and the choice of
 // instruction set. The arithmetic lives in geglu_cpu_kernels.h, compiled here for the
 // baseline ISA (ATen's DEFAULT) and in geglu_cpu_avx2.cpp / geglu_cpu_avx512.cpp for
@@ -19,9 +19,9 @@
 
 #include <torch/csrc/stable/ops.h>
 
+#include "common/activation_ops.h"
+#include "common/device_tensors.h"
 #include "common/tensor_checks.h"
-#include "aten.h"
-#include "torch_binding.h"
 
 namespace geglu_cpu {
 
@@ -210,7 +210,7 @@ std::tuple<Tensor, Tensor> geglu_backward_impl(const Tensor &grad_out, const Ten
 } // namespace
 } // namespace geglu_cpu
 
-// ---------------------------------------------------------------- torch_binding.h
+// ---------------------------------------------------------------- common/activation_ops.h
 
 namespace geglu_stable {
 

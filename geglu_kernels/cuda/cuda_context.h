@@ -1,7 +1,7 @@
 #pragma once
 // Where a CUDA op launches, through torch's stable ABI: the current stream of the
 // tensor's device (the one torch's own ops and CUDA-graph capture use). The device
-// itself is made current by aten.h's device::DeviceGuard.
+// itself is made current by common/device_tensors.h's device::DeviceGuard.
 
 #include <cuda_runtime_api.h>
 

@@ -7,11 +7,10 @@
 //   them in 512-element chunks, one-dimensional bulk copies (cp.async.bulk, the TMA
 //   engine without a tensor map) of each segment's 1 KB chunk into a 2-stage
 //   shared-memory ring, each stage completing on an mbarrier. Whole 1 KB row segments
-//   per request read at a steady rate whatever ran before; a variant that loaded 16-byte
-//   pieces straight into registers (git 509f929) read 10-23% more DRAM bytes than the
-//   weights after other kernels (benchmarks/results/h200/decode/). Two stages, not three
-//   or four: the ring's shared memory comes out of L1, where the token rows must stay;
-//   with four, Gemma-2-27B took 120.0 against 90.0 us.
+//   per request read at a steady rate whatever ran before; 16-byte pieces loaded straight
+//   into registers read more DRAM bytes than the weights after other kernels. Two stages,
+//   not three or four: the ring's shared memory comes out of L1, where the token rows
+//   must stay (four were slower; docs/DESIGN.md, "The decode kernels").
 // - Math: swap-AB mma.sync m16n8k16, the 16 row segments as the A operand and up to 8
 //   token segments as the B operand's columns. K is permuted per lane: a dot product may
 //   sum its K in any order as long as both operands use the same one, so lane (g, q) =
@@ -23,9 +22,9 @@
 // - The 8 warps split each chunk (64 elements each) and add their sums in shared memory
 //   at the end; the epilogue (bias and residual) runs in float32 with one rounding.
 //
-// (The gate/up of the same design ran here until the swap-AB CUTLASS kernel,
-// geglu_swapab_sm90.cu, beat it at 1-4 tokens: git e20bd53.) Measured against cuBLAS:
-// docs/DESIGN.md, "The decode kernels". Build: part of the geglu_gemm_sm90 kernel
+// (The swap-AB CUTLASS kernel, geglu_swapab_sm90.cu, serves the gate/up at these token
+// counts: it beat a gate/up of this design.) Measured against cuBLAS: docs/DESIGN.md,
+// "The decode kernels". Build: part of the geglu_gemm_sm90 kernel
 // (build.toml), sm_90a.
 
 #include "decode_sm90.h"

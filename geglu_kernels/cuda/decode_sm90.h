@@ -20,7 +20,7 @@
 // residual need element alignment); a device of compute capability 9.0.
 #include <stdint.h>
 
-#include "geglu_gemm_sm90.h"  // status codes and dtype values
+#include "sm90_status.h"
 
 #ifdef __cplusplus
 extern "C" {

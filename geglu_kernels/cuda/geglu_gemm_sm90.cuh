@@ -26,8 +26,10 @@
 // With kGated = false the same epilogue computes gelu(acc + bias) for every column of
 // the tile: the bias + GELU linear (linear_gelu_sm90.cu) on the stock mainloop.
 //
-// GEGLU_SM90_TUNING_VARIANTS is defined only by the tuning build
-// (tools/sm90_gemm/geglu_gemm_sm90_tuning.cu); it adds the epilogue's no-store switch.
+// Kernel (GegluGemm): the persistent GemmUniversal over the two; the variants the
+// product compiles and the shape pick that chooses among them (GEGLU_SM90_PRODUCT_VARIANTS,
+// pick_variant) are at the end. The tuner (tools/sm90_gemm/geglu_gemm_sm90_tuning.cu)
+// builds more variants from the same pieces.
 
 #include <cstdint>
 
@@ -37,6 +39,8 @@
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
 #include "register_epilogue.cuh"
@@ -256,9 +260,6 @@ struct GegluEpilogueArguments {
   Element const* bias_g = nullptr;  // [H] or null (the bias when not gated)
   Element const* bias_u = nullptr;  // [H] or null (gated only)
   int approximate = 1;              // 1: tanh form, 0: exact (erf)
-#ifdef GEGLU_SM90_TUNING_VARIANTS
-  int debug_nostore = 0;  // tuning build (tools/sm90_gemm) only: compute, store nothing
-#endif
 };
 
 template <class Element_, int BN, bool kGated = true>
@@ -398,9 +399,6 @@ class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpil
           // outputs of column block 4q + t, one 16-byte store.
           quad_transpose(p, t);
           const int col = h0 + 8 * (4 * q + t);
-#ifdef GEGLU_SM90_TUNING_VARIANTS
-          if (params.debug_nostore) continue;
-#endif
           if (row < M) {
             Element* dst = out + int64_t(row) * ldo + col;
             if (col + 8 <= H) {
@@ -471,5 +469,68 @@ class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpil
     if (b1) { p[0] = x; p[1] = y; } else { p[2] = x; p[3] = y; }
   }
 };
+
+// ---------------------------------------------------------------------------------
+// Kernel: the persistent warp-specialized GemmUniversal over the mainloop and epilogue
+// above. BN = output columns per tile (the wgmma N is 2*BN). EpilogueOp: GegluEpilogue,
+// or a tool's wrapper of it.
+// ---------------------------------------------------------------------------------
+template <class Element, int BM, int BN, class Schedule, int ClusterM, int ClusterN = 1,
+          class EpilogueOp = GegluEpilogue<Element, BN>>
+struct GegluGemm {
+  static constexpr int kBN = BN;
+  using TileShape = Shape<Int<BM>, Int<2 * BN>, Int<64>>;
+  using ClusterShape = Shape<Int<ClusterM>, Int<ClusterN>, _1>;
+  using Epilogue = EpilogueOp;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
+  using MainloopBase = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      Element, cutlass::layout::RowMajor, 8,     // A = x [M, K], K contiguous
+      Element, cutlass::layout::ColumnMajor, 8,  // B = W [N, K], K contiguous
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::TensorStorage))>,
+      Schedule>::CollectiveOp;
+  using Mainloop = GegluMainloopSm90<MainloopBase, BN>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop,
+                                                      CollectiveEpilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+  using Params = typename Kernel::Params;
+};
+
+using cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+
+// The variants the product compiles: X(id, name, BM, BN, schedule, cluster M[, cluster N]).
+#define GEGLU_SM90_PRODUCT_VARIANTS(X)                                                         \
+  X(0, "pingpong_64x(2x128)x64_c1", 64, 128, KernelTmaWarpSpecializedPingpong, 1)              \
+  X(1, "coop_128x(2x128)x64_c2", 128, 128, KernelTmaWarpSpecializedCooperative, 2)             \
+  X(2, "pingpong_128x(2x64)x64_c2", 128, 64, KernelTmaWarpSpecializedPingpong, 2)              \
+  X(3, "pingpong_64x(2x64)x64_c1", 64, 64, KernelTmaWarpSpecializedPingpong, 1)
+
+// A variant with the tile scheduler's settings for it.
+struct VariantPick {
+  int variant;  // an id of GEGLU_SM90_PRODUCT_VARIANTS
+  int swizzle;  // max_swizzle_size: 1, 2, 4 or 8
+  int raster;   // 0 heuristic, 1 along M, 2 along N
+};
+
+// The shape pick (H100 sweeps; the numbers: docs/DESIGN.md, "The Hopper engine's
+// variants"):
+// - M <= 64: 3, pingpong 64x(2x64): twice the tiles of 0, so the weight stream spreads
+//   over more waves (these sizes are weight-read bound);
+// - M <= 128: 0, pingpong 64x(2x128): the fewest wasted rows, the most CTAs along N;
+// - x larger than ~20 MB: 1, cooperative 128x(2x128), cluster 2 (B multicast), raster
+//   along N with swizzle 4: pingpong 128x(2x64) lost there, L2-bandwidth bound (its
+//   tiles move more L2->SM bytes per flop, and x does not stay in L2);
+// - otherwise 2, pingpong 128x(2x64), cluster 2 (the epilogue hidden behind the other
+//   warpgroup's MMA).
+inline VariantPick pick_variant(int64_t M, int64_t K, int64_t H) {
+  (void)H;
+  if (M <= 64) return {3, 1, 0};
+  if (M <= 128) return {0, 1, 0};
+  if (double(M) * double(K) * 2.0 > 20e6) return {1, 4, 2};
+  return {2, 1, 0};
+}
 
 }  // namespace geglu_sm90

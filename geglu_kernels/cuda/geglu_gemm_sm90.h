@@ -26,56 +26,21 @@
 // dtypes; a device other than compute capability 9.0.
 #include <stdint.h>
 
+#include "sm90_status.h"  // status codes, dtype values, geglu_gemm_sm90_status_string()
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum {
-  GEGLU_SM90_OK = 0,
-  GEGLU_SM90_ERR_DTYPE = 1,       // dtype is not GEGLU_SM90_BF16 / GEGLU_SM90_FP16
-  GEGLU_SM90_ERR_SHAPE = 2,       // M < 0, K < 1, H < 1, a size >= 2^31, or ldx < K, ldw < K, ldo < H
-  GEGLU_SM90_ERR_STRIDE = 3,      // K, ldx, ldw or ldo times the element size not a multiple of 16 bytes
-  GEGLU_SM90_ERR_ALIGN = 4,       // x, w_gate, w_up or out not 16-byte aligned or null; a bias not 4-byte aligned
-  GEGLU_SM90_ERR_DEVICE = 5,      // current device is not compute capability 9.0 (or not queryable)
-  GEGLU_SM90_ERR_CONFIG = 6,      // config index out of range
-  GEGLU_SM90_ERR_CUTLASS = 7,     // CUTLASS rejected the problem (can_implement / initialize)
-  GEGLU_SM90_ERR_CUDA = 8         // a CUDA call failed (attribute, launch): geglu_gemm_sm90_last_cuda_error()
-};
-
-enum { GEGLU_SM90_BF16 = 0, GEGLU_SM90_FP16 = 1 };
-
 // b_gate / b_up: [H] of the same dtype, contiguous, or NULL (no bias); either may be
-// given alone. approximate: nonzero = tanh form, 0 = exact (erf).
-// config: -1 picks the kernel variant by shape (what the product route, fused_gate_up, passes).
-// Otherwise (tuning) bits 0-7 name the variant, 0 .. geglu_gemm_sm90_num_configs()-1;
-// bits 8-11 the tile scheduler's swizzle (0: 1, c: 2^(c-1), c <= 4); bits 12-15 the
-// raster order (0 heuristic, 1 along M, 2 along N); higher bits 0.
-// The library built from geglu_gemm_sm90.cu has the four variants the pick uses:
-// 0 pingpong 64x(2x128) cluster 1, 1 cooperative 128x(2x128) cluster 2, 2 pingpong
-// 128x(2x64) cluster 2, 3 pingpong 64x(2x64) cluster 1. The tuning build
-// (tools/sm90_gemm/build.sh) exports this same ABI with those four under the same
-// numbers and its tuning variants from 4 on (and bit 16: store nothing, for timing the
-// rest).
+// given alone. approximate: nonzero = tanh form, 0 = exact (erf). The kernel variant
+// (tile, schedule, cluster) is picked by shape. The tuning library of tools/sm90_gemm
+// exports the same entry with a config argument that names the variant instead.
 int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                     const void* w_gate, const void* w_up, int64_t ldw,
                     const void* b_gate, const void* b_up,
                     void* out, int64_t H, int64_t ldo,
-                    int dtype, int approximate, int config, void* stream);
-
-// Static, NUL-terminated description of a status code.
-const char* geglu_gemm_sm90_status_string(int status);
-
-// The cudaError_t value behind this thread's last GEGLU_SM90_ERR_CUDA (the launcher
-// clears it from the CUDA runtime's last-error slot).
-int geglu_gemm_sm90_last_cuda_error(void);
-
-// Kernel variants (schedule, tile, cluster) that `config` may name: their number and
-// names ("" out of range).
-int geglu_gemm_sm90_num_configs(void);
-const char* geglu_gemm_sm90_config_name(int config);
-
-// The (encoded) config that config = -1 would use for this shape.
-int geglu_gemm_sm90_pick_config(int64_t M, int64_t K, int64_t H, int dtype);
+                    int dtype, int approximate, void* stream);
 
 #ifdef __cplusplus
 }

@@ -271,8 +271,8 @@ class SwapAbEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SwapAbAr
   }
 };
 
-// 16 tokens per tile: at 64 tokens it lost to the engine (Gemma-7B 86.7 against 76.4 us;
-// with 32, 76.9), and the op takes it up to 32 tokens (results/h200/swap/).
+// 16 tokens per tile: the op takes it up to 32 tokens; at 64 the engine's tile wins
+// (docs/DESIGN.md, "The swap-AB gate/up").
 template <class Element>
 struct SwapAbGemm {
   using Epilogue = SwapAbEpilogue<Element>;

@@ -23,7 +23,7 @@
 // compute capability 9.0.
 #include <stdint.h>
 
-#include "geglu_gemm_sm90.h"  // status codes and dtype values
+#include "sm90_status.h"
 
 #ifdef __cplusplus
 extern "C" {

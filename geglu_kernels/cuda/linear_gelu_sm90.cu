@@ -95,51 +95,20 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
 
 using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 
-// X(id, name, BM, BN, schedule, cluster M, cluster N). One variant. With CUTLASS's
-// fusion epilogue the H100 sweep (tools/sm90_gemm/check_linear_gelu.py,
-// benchmarks/results/linear_gelu_sm90_h100.log) had it beat cooperative 128x256 and
-// 256x128 (cluster 2x1), cooperative 128x128 (1x2) and pingpong 64x128 by 4-20%; with
-// the register epilogue it beat cooperative 128x256 and 256x128 (cluster 2x1) by 17-31%
-// at BERT-large, GPT-2-XL and 4096x2048->5120 on the H200
-// (benchmarks/results/h200/linear_gelu_regepi_*). At 64 tokens every variant loses to
-// cuBLAS (the op then keeps cuBLAS: mlp_kernels.cpp).
-#define LINEAR_GELU_SM90_VARIANTS(X) \
-  X(0, "pingpong_128x128x64_c2", 128, 128, KernelTmaWarpSpecializedPingpong, 2, 1)
-
-#define LINEAR_GELU_SM90_COUNT(id, ...) +1
-constexpr int kNumConfigs = 0 LINEAR_GELU_SM90_VARIANTS(LINEAR_GELU_SM90_COUNT);
-#define LINEAR_GELU_SM90_NAME(id, name, ...) name,
-const char* const kConfigNames[] = {LINEAR_GELU_SM90_VARIANTS(LINEAR_GELU_SM90_NAME)};
-
+// One kernel: pingpong 128x128x64, cluster 2x1. It beat the cooperative 128x256 and
+// 256x128 tiles and the smaller ones at the BERT / GPT-2 / T5 intermediate shapes; at 64
+// tokens every tile loses to cuBLAS, which the router keeps up to 128 tokens
+// (fused_gemm_router.cpp; the numbers: docs/DESIGN.md, "GEMMs").
 template <class Element>
-int dispatch(int config, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  switch (config) {
-#define LINEAR_GELU_SM90_CASE(id, name, bm, bn, sched, cm, cn) \
-  case id:                                                     \
-    return run<LinearGelu<Element, bm, bn, sched, cm, cn>>(a, device, sm_count, stream);
-    LINEAR_GELU_SM90_VARIANTS(LINEAR_GELU_SM90_CASE)
-#undef LINEAR_GELU_SM90_CASE
-    default:
-      return GEGLU_SM90_ERR_CONFIG;
-  }
-}
-
-int pick_config(int64_t, int64_t, int64_t) { return 0; }
+using LinearGelu128x128 = LinearGelu<Element, 128, 128, KernelTmaWarpSpecializedPingpong, 2, 1>;
 
 }  // namespace bias_gelu_gemm
 
 extern "C" {
 
-int linear_gelu_sm90_num_configs(void) { return bias_gelu_gemm::kNumConfigs; }
-
-const char* linear_gelu_sm90_config_name(int config) {
-  if (config < 0 || config >= bias_gelu_gemm::kNumConfigs) return "";
-  return bias_gelu_gemm::kConfigNames[config];
-}
-
 int linear_gelu_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                      const void* w, int64_t N, int64_t ldw, const void* bias,
-                     void* out, int64_t ldo, int dtype, int approximate, int config, void* stream) {
+                     void* out, int64_t ldo, int dtype, int approximate, void* stream) {
   if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
   constexpr int64_t kMax = (int64_t(1) << 31) - 1;
   if (M < 0 || K < 1 || N < 1 || M > kMax || K > kMax || N > kMax) return GEGLU_SM90_ERR_SHAPE;
@@ -153,8 +122,6 @@ int linear_gelu_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   if (misaligned(x) || misaligned(w) || misaligned(out) || (reinterpret_cast<uintptr_t>(bias) & 3u)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-  if (config < 0) config = bias_gelu_gemm::pick_config(M, N, K);
-  if (config >= bias_gelu_gemm::kNumConfigs) return GEGLU_SM90_ERR_CONFIG;
 
   int device = 0;
   sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
@@ -176,12 +143,8 @@ int linear_gelu_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   auto s = static_cast<cudaStream_t>(stream);
   const int sm = info->sm_count;
   using namespace bias_gelu_gemm;
-  if (dtype == GEGLU_SM90_BF16) return dispatch<cutlass::bfloat16_t>(config, a, device, sm, s);
-#ifndef LINEAR_GELU_SM90_BF16_ONLY  // a quicker tuning build (tools/sm90_gemm/build_lib.sh)
-  return dispatch<cutlass::half_t>(config, a, device, sm, s);
-#else
-  return GEGLU_SM90_ERR_DTYPE;
-#endif
+  if (dtype == GEGLU_SM90_BF16) return run<LinearGelu128x128<cutlass::bfloat16_t>>(a, device, sm, s);
+  return run<LinearGelu128x128<cutlass::half_t>>(a, device, sm, s);
 }
 
 }  // extern "C"

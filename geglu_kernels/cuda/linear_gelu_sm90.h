@@ -12,22 +12,18 @@
 // bytes multiples of 16, x / W / out 16-byte aligned, bias 4-byte aligned.
 #include <stdint.h>
 
-#include "geglu_gemm_sm90.h"
+#include "sm90_status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// approximate: nonzero = tanh form, 0 = exact. config: -1 picks the kernel variant by
-// shape; otherwise (tuning) the variant, 0 .. linear_gelu_sm90_num_configs() - 1.
-// Returns GEGLU_SM90_OK or a status geglu_gemm_sm90_status_string() describes (nothing
-// was launched; the CUDA error of GEGLU_SM90_ERR_CUDA is geglu_gemm_sm90_last_cuda_error()).
+// approximate: nonzero = tanh form, 0 = exact. Returns GEGLU_SM90_OK or a status
+// geglu_gemm_sm90_status_string() describes (nothing was launched; the CUDA error of
+// GEGLU_SM90_ERR_CUDA is geglu_gemm_sm90_last_cuda_error()).
 int linear_gelu_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                      const void* w, int64_t N, int64_t ldw, const void* bias,
-                     void* out, int64_t ldo, int dtype, int approximate, int config, void* stream);
-
-int linear_gelu_sm90_num_configs(void);
-const char* linear_gelu_sm90_config_name(int config);
+                     void* out, int64_t ldo, int dtype, int approximate, void* stream);
 
 #ifdef __cplusplus
 }

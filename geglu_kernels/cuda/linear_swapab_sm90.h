@@ -29,7 +29,7 @@
 // capability 9.0.
 #include <stdint.h>
 
-#include "geglu_gemm_sm90.h"  // status codes and dtype values
+#include "sm90_status.h"
 
 #ifdef __cplusplus
 extern "C" {

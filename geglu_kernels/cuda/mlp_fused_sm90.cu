@@ -6,10 +6,9 @@
 //
 // Why: run as two kernels, each SM drains its pipeline between them and the second kernel
 // ramps up again, and the host pays a second launch. Here one CUTLASS GemmUniversal
-// (pingpong, persistent) runs both kinds of work unit in one queue (CUDA graphs, against
-// the two kernels, 16 tokens: Gemma-7B 111.7 against 114.0 us on the H200, 161.9 against
-// 168.1 on the H100; mlp_kernels.cpp has the table, docs/DESIGN.md "The decode MLP in one
-// kernel" the design's measurements):
+// (pingpong, persistent) runs both kinds of work unit in one queue, a few percent faster
+// than the two kernels on the H100 and H200 (docs/DESIGN.md, "The decode MLP in one
+// kernel"; the route: fused_gemm_router.cpp):
 // - Both kernels instantiate the same CollectiveMma (swapab_collective.cuh: 128 x 16 x 64
 //   tile, 12 stages), so one pipeline and one shared-memory layout serve both; their
 //   mainloops (SwapAbMainloop, SplitKMainloop) and epilogues are used as they are.
@@ -311,15 +310,11 @@ Units units_of(int64_t M, int64_t D, int64_t H) {
 // The persistent grid: the fewest CTAs that take the units in as many rounds as one CTA
 // per SM would, so that no last round runs part-full while the other SMs idle. At
 // Gemma-7B, 576 equal units: 116 CTAs run 5 rounds (4 of them one unit fewer) where 132
-// left 84 SMs idle for the fifth. H100, 7-8 processes, us
-// (results/h100/session16/probe_grid/): 16 tokens, Gemma-7B 157.6-161.0 against
-// 159.8-162.4, Gemma-2-2B 48.8-49.4 against 51.8-52.3 (108 CTAs), Gemma-2-9B 108.0-108.8
-// against 110.5-112.4, Gemma-2-27B 352.9-354.0 against 356.4-358.2; Gemma-2B (128 CTAs)
-// within 1.6 us either way. With two token tiles (17-32 tokens), two CTAs read each weight
-// tile at once (the second from L2), and the time swung with the grid's size for no
-// reason found (H200, Gemma-7B at 32 tokens: 107.1 us with 128 CTAs, 122.9 with 124,
-// 133.8 with 120, 110.0 with 132; results/h200/session16/final/probe_grid_32_tokens.log):
-// one CTA per SM there, as measured against the two kernels.
+// left 84 SMs idle for the fifth; at 16 tokens it ran 1-3 us faster than one CTA per SM
+// at four of the five Gemma shapes (the fifth within noise). With two token tiles (17-32
+// tokens), two CTAs read each weight tile at once (the second from L2), and the time
+// swung with the grid's size for no reason found: one CTA per SM there, as measured
+// against the two kernels (docs/DESIGN.md, "The decode MLP in one kernel").
 int grid_ctas(Units const& u, int sm_count) {
   if (u.token_tiles > 1) return sm_count;
   const int64_t units = u.per_token_tile();

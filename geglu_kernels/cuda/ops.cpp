@@ -1,4 +1,4 @@
-// The CUDA activation ops of torch-ext/torch_binding.h, on torch's stable ABI:
+// The CUDA activation ops of common/activation_ops.h, on torch's stable ABI:
 // argument checks, the [rows, width] view of each tensor (never a hidden copy), then
 // one launch of the elementwise kernel (geglu_cuda.cu) on the current stream of the
 // tensors' device.
@@ -18,11 +18,11 @@
 #include <tuple>
 #include <vector>
 
+#include "common/activation_ops.h"
+#include "common/device_tensors.h"
 #include "common/tensor_checks.h"
 #include "cuda_context.h"
 #include "rowwise.h"
-#include "aten.h"
-#include "torch_binding.h"
 
 namespace geglu_cuda {
 
@@ -139,7 +139,7 @@ std::tuple<Tensor, Tensor> geglu_backward_new(std::string_view op, bool tanh, co
 }  // namespace
 }  // namespace geglu_cuda
 
-// ---------------------------------------------------------------- torch_binding.h
+// ---------------------------------------------------------------- common/activation_ops.h
 
 namespace geglu_stable {
 

@@ -15,7 +15,7 @@
 
 #include "cutlass/device_kernel.h"
 
-#include "geglu_gemm_sm90.h"  // the status codes both C ABIs return
+#include "sm90_status.h"
 
 namespace sm90_launcher {
 
@@ -165,6 +165,22 @@ struct Runner {
 };
 
 }  // namespace
+
+// What geglu_gemm_sm90_status_string() says (sm90_status.h).
+inline const char* status_string(int status) {
+  switch (status) {
+    case GEGLU_SM90_OK: return "ok";
+    case GEGLU_SM90_ERR_DTYPE: return "unsupported dtype (bf16 and fp16 only)";
+    case GEGLU_SM90_ERR_SHAPE: return "unsupported shape (need K >= 1, H >= 1, sizes < 2^31, ldx >= K, ldw >= K, ldo >= H)";
+    case GEGLU_SM90_ERR_STRIDE: return "unsupported strides (K, ldx, ldw, ldo times element size must be multiples of 16 bytes)";
+    case GEGLU_SM90_ERR_ALIGN: return "unsupported pointer alignment (x, w_gate, w_up, out must be 16-byte aligned and non-null; biases 4-byte aligned)";
+    case GEGLU_SM90_ERR_DEVICE: return "current device is not sm_90 (Hopper)";
+    case GEGLU_SM90_ERR_CONFIG: return "config index out of range";
+    case GEGLU_SM90_ERR_CUTLASS: return "CUTLASS rejected the problem";
+    case GEGLU_SM90_ERR_CUDA: return "CUDA error at launch (geglu_gemm_sm90_last_cuda_error() has the code)";
+    default: return "unknown status";
+  }
+}
 
 inline int status_of(Launch launch) {
   switch (launch) {

@@ -123,7 +123,7 @@ def test_each_kernel_variant(sm90, variant, dtype):
         assert_close(sm90(x, wg, wu, bg, bu, approximate), reference(x, wg, wu, bg, bu, approximate), dtype, k)
 
 
-DECODE_TOKENS = 4  # kDecodeTokens (mlp_kernels.cpp): the op's route to the decode linear
+DECODE_TOKENS = 4  # kDecodeTokens (fused_gemm_router.cpp): the op's route to the decode linear
 SWAPAB_TOKENS = 32  # kSwapAbTokens: the op's route to the swap-AB gate/up
 
 
@@ -364,7 +364,7 @@ def test_mlp_decode_broadcast_operands(sm90, kernel):
         assert_close(y, ref, dtype, 512, roundings=3)
 
 
-# Down weights of >= 48 MiB (the split-K kernel's threshold, mlp_kernels.cpp): odd sizes,
+# Down weights of >= 48 MiB (the split-K kernel's threshold, fused_gemm_router.cpp): odd sizes,
 # hidden (its K) past a 64-column tile, N not a multiple of 4 (the partial sums' padded
 # rows) nor of 128; and an output too wide for the decode linear's one wave at 2 tokens.
 SPLITK_CASES = [(5, 8392, 3001), (16, 8392, 3001), (17, 8200, 3072), (32, 8392, 3001), (2, 4096, 6500)]
@@ -558,7 +558,7 @@ def test_mlp_decode_down_projection_wider_than_one_wave_runs_cublas(sm90, kernel
 
 # ------------------------------------------------------------------ bias + GELU GEMM
 # linear_bias_gelu on sm_90 runs the engine's bias + GELU GEMM (linear_gelu_sm90.cu) where
-# geglu_kernels/cuda/mlp_kernels.cpp routes it: M > 128, bf16/fp16, aligned rows, either
+# geglu_kernels/cuda/fused_gemm_router.cpp routes it: M > 128, bf16/fp16, aligned rows, either
 # GELU at any K.
 
 

@@ -1,5 +1,5 @@
 """Correctness check and benchmark of the sm90 fused GeGLU GEMM (.sm90dev/libgeglu_gemm_sm90.so,
-tools/sm90_gemm/build.sh: the tuning build, variants 0-11; LEAN=1: the product's 0-3).
+tools/sm90_gemm/build.sh: the tuning build, variants 0-11).
 
 Loads the library with ctypes (no torch extension), checks it against a float64 reference
 on fresh random inputs (output poisoned with NaN first), checks the launcher's unsupported
@@ -277,7 +277,7 @@ def run_bench(lib, configs, dtypes, sweep=(1, 2)):
                     best = (cfg, t)
             if best is not None:
                 cfg = best[0]
-                nostore = cfg | (1 << 16)  # the tuning build only (LEAN=1 refuses the bit)
+                nostore = cfg | (1 << 16)  # the no-store bit
                 ok = lib(x, wg, wu, None, None, out, True, nostore) == 0
                 t_nostore = bench(lambda: lib(x, wg, wu, None, None, out, True, nostore)) if ok else float("nan")
                 row["nostore_us"] = t_nostore

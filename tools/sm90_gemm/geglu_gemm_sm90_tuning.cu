@@ -1,12 +1,73 @@
-// Tuning build of the Hopper GEMM engine: the product launcher
-// (geglu_kernels/cuda/geglu_gemm_sm90.cu, C ABI of geglu_gemm_sm90.h) with eight more
-// kernel variants that the shape pick does not use, for check_and_bench.py and
-// ncu_probe.py to compare against. Variants 0-3 are the product's (same numbers); the
-// no-store bit (config bit 16) is compiled in as well. Built by build.sh; never part of
-// a release.
+// The tuner's build of the Hopper GEMM engine: the product's collectives and kernel
+// (geglu_kernels/cuda/geglu_gemm_sm90.cuh) in the product's four variants, under the same
+// ids, and eight more that the shape pick does not use, behind a tuning C ABI that
+// names the variant and the scheduler settings per call, for check_and_bench.py,
+// ncu_probe.py, check_linear.py and check_swap.py. Built by build.sh into
+// .sm90dev/libgeglu_gemm_sm90.so; never part of a release.
 //
-// X(id, name, BM, BN, schedule, cluster M[, cluster N]), as in the product table. The
-// ids are the ones this tool's results use since the product kept three variants
+// The tuning ABI (the product's geglu_gemm_sm90.h, plus `config` and the config queries):
+//
+//   int geglu_gemm_sm90(x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, out, H, ldo,
+//                       dtype, approximate, config, stream);
+//   int geglu_gemm_sm90_num_configs(void);            // 12
+//   const char* geglu_gemm_sm90_config_name(int);      // "" out of range
+//   int geglu_gemm_sm90_pick_config(M, K, H, dtype);  // the product's pick, encoded
+//   geglu_gemm_sm90_status_string, geglu_gemm_sm90_last_cuda_error: as the product's.
+//
+// config: -1 = the product's pick by shape. Else bits 0-7 the variant (0-11); bits 8-11
+// the tile scheduler's swizzle (0: 1, c: 2^(c-1), c <= 4); bits 12-15 the raster order
+// (0 heuristic, 1 along M, 2 along N); bit 16 no-store (compute, store nothing: times
+// the rest); higher bits 0.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/gemm/gemm.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+#include "geglu_gemm_sm90.cuh"
+#include "sm90_launcher.cuh"  // sm90_status.h: the status codes and dtype values
+
+namespace geglu_sm90_tuning {
+
+using namespace geglu_sm90;
+
+// The product's epilogue with the no-store switch: a null output pointer (which the
+// launcher below sets for the no-store bit; the product's launcher refuses one) runs the
+// epilogue on a problem of 0 rows, so it computes every value and stores none.
+template <class Element, int BN>
+class NoStoreSwitchEpilogue : public GegluEpilogue<Element, BN> {
+  using Base = GegluEpilogue<Element, BN>;
+
+ public:
+  using typename Base::Params;
+  using typename Base::SharedStorage;
+
+  CUTLASS_HOST_DEVICE
+  NoStoreSwitchEpilogue(Params const& params_, SharedStorage const& storage = SharedStorage())
+      : Base(params_, storage), nostore_(params_.ptr_out == nullptr) {}
+
+  template <class ProblemShapeMNKL, class... Rest>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, Rest&&... rest) {
+    auto shape = make_shape(nostore_ ? 0 : get<0>(problem_shape_mnkl), get<1>(problem_shape_mnkl),
+                            get<2>(problem_shape_mnkl), get<3>(problem_shape_mnkl));
+    Base::operator()(shape, static_cast<Rest&&>(rest)...);
+  }
+
+ private:
+  bool nostore_;
+};
+
+template <class Element, int BM, int BN, class Schedule, int ClusterM, int ClusterN = 1>
+using TuningGemm = GegluGemm<Element, BM, BN, Schedule, ClusterM, ClusterN, NoStoreSwitchEpilogue<Element, BN>>;
+
+// X(id, name, BM, BN, schedule, cluster M[, cluster N]), as the product's table. The ids
+// are the ones this tool's results use since the product kept three variants
 // (benchmarks/results/gemm_sm90_h100.log predates it: match by name).
 #define GEGLU_SM90_TUNING_VARIANTS(X)                                                          \
   X(4, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1)             \
@@ -18,4 +79,158 @@
   X(10, "pingpong_128x(2x64)x64_c2x2", 128, 64, KernelTmaWarpSpecializedPingpong, 2, 2)         \
   X(11, "coop_128x(2x128)x64_c2x2", 128, 128, KernelTmaWarpSpecializedCooperative, 2, 2)
 
-#include "geglu_gemm_sm90.cu"
+#define GEGLU_SM90_VARIANTS(X) GEGLU_SM90_PRODUCT_VARIANTS(X) GEGLU_SM90_TUNING_VARIANTS(X)
+
+#define GEGLU_SM90_COUNT(id, name, bm, bn, sched, ...) +1
+constexpr int kNumConfigs = 0 GEGLU_SM90_VARIANTS(GEGLU_SM90_COUNT);
+
+#define GEGLU_SM90_NAME(id, name, bm, bn, sched, ...) name,
+const char* const kConfigNames[] = {GEGLU_SM90_VARIANTS(GEGLU_SM90_NAME)};
+
+struct LaunchArgs {  // the params-cache key: zeroed, padding included, before it is filled
+  const void* x;
+  int64_t M, K, ldx;
+  const void* wg;
+  const void* wu;
+  int64_t ldw;
+  const void* bg;
+  const void* bu;
+  void* out;  // null: store nothing
+  int64_t H, ldo;
+  int approximate;
+  int swizzle;  // tile scheduler max_swizzle_size (1, 2, 4, 8)
+  int raster;   // 0 heuristic, 1 along M, 2 along N
+};
+
+template <class Gemm>
+int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
+  using Kernel = typename Gemm::Kernel;
+  using Element = typename Gemm::Epilogue::Element;
+  auto make_arguments = [device, sm_count](LaunchArgs const& a) {
+    typename Kernel::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
+    auto& ml = args.mainloop;
+    ml.ptr_A = static_cast<Element const*>(a.x);
+    ml.dA = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
+    ml.ptr_Bg = static_cast<Element const*>(a.wg);
+    ml.ptr_Bu = static_cast<Element const*>(a.wu);
+    ml.dB = make_stride(a.ldw, Int<1>{}, a.H * a.ldw);
+    auto& ep = args.epilogue;
+    ep.ptr_out = static_cast<Element*>(a.out);
+    ep.ldo = a.ldo;
+    ep.bias_g = static_cast<Element const*>(a.bg);
+    ep.bias_u = static_cast<Element const*>(a.bu);
+    ep.approximate = a.approximate;
+    args.hw_info.device_id = device;
+    args.hw_info.sm_count = sm_count;
+    args.scheduler.max_swizzle_size = a.swizzle;
+    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.raster_order = a.raster == 1 ? Raster::AlongM : a.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+    return args;
+  };
+  constexpr int cm = size<0>(typename Gemm::ClusterShape{});
+  constexpr int cn = size<1>(typename Gemm::ClusterShape{});
+  return sm90_launcher::status_of(
+      sm90_launcher::Runner<Kernel, cm, cn, LaunchArgs>::run(a, device, stream, make_arguments));
+}
+
+template <class Element>
+int dispatch(int variant, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
+  switch (variant) {
+#define GEGLU_SM90_CASE(id, name, bm, bn, sched, ...) \
+  case id:                                            \
+    return run<TuningGemm<Element, bm, bn, sched, __VA_ARGS__>>(a, device, sm_count, stream);
+    GEGLU_SM90_VARIANTS(GEGLU_SM90_CASE)
+#undef GEGLU_SM90_CASE
+    default:
+      return GEGLU_SM90_ERR_CONFIG;
+  }
+}
+
+// The product's pick (pick_variant), as a config.
+int pick_config(int64_t M, int64_t K, int64_t H) {
+  const VariantPick p = pick_variant(M, K, H);
+  int swizzle_code = 0;
+  while (swizzle_code < 4 && (1 << swizzle_code) < p.swizzle) ++swizzle_code;
+  if (p.swizzle > 1) ++swizzle_code;  // 2^(c-1)
+  return p.variant | (swizzle_code << 8) | (p.raster << 12);
+}
+
+}  // namespace geglu_sm90_tuning
+
+extern "C" {
+
+const char* geglu_gemm_sm90_status_string(int status) { return sm90_launcher::status_string(status); }
+
+int geglu_gemm_sm90_last_cuda_error(void) { return sm90_launcher::last_cuda_error(); }
+
+int geglu_gemm_sm90_num_configs(void) { return geglu_sm90_tuning::kNumConfigs; }
+
+const char* geglu_gemm_sm90_config_name(int config) {
+  if (config < 0 || config >= geglu_sm90_tuning::kNumConfigs) return "";
+  return geglu_sm90_tuning::kConfigNames[config];
+}
+
+int geglu_gemm_sm90_pick_config(int64_t M, int64_t K, int64_t H, int dtype) {
+  (void)dtype;
+  return geglu_sm90_tuning::pick_config(M, K, H);
+}
+
+int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
+                    const void* w_gate, const void* w_up, int64_t ldw,
+                    const void* b_gate, const void* b_up,
+                    void* out, int64_t H, int64_t ldo,
+                    int dtype, int approximate, int config, void* stream) {
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+  if (M < 0 || K < 1 || H < 1 || M > kMax || K > kMax || 2 * H > kMax) return GEGLU_SM90_ERR_SHAPE;
+  if (ldx < K || ldw < K || ldo < H) return GEGLU_SM90_ERR_SHAPE;
+  if (M == 0) return GEGLU_SM90_OK;
+  const int64_t elem = 2;
+  if ((K * elem) % 16 || (ldx * elem) % 16 || (ldw * elem) % 16 || (ldo * elem) % 16) {
+    return GEGLU_SM90_ERR_STRIDE;
+  }
+  auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
+  if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || misaligned(out)) return GEGLU_SM90_ERR_ALIGN;
+  if ((reinterpret_cast<uintptr_t>(b_gate) & 3u) || (reinterpret_cast<uintptr_t>(b_up) & 3u)) {
+    return GEGLU_SM90_ERR_ALIGN;
+  }
+  if (config < 0) config = geglu_sm90_tuning::pick_config(M, K, H);
+  const int variant = config & 0xff;
+  const int swz_code = (config >> 8) & 0xf;  // 0: 1, else 2^(code-1)
+  const int raster = (config >> 12) & 0xf;
+  const int nostore = (config >> 16) & 1;
+  if (variant >= geglu_sm90_tuning::kNumConfigs || swz_code > 4 || raster > 2 || (config >> 17) != 0) {
+    return GEGLU_SM90_ERR_CONFIG;
+  }
+
+  int device = 0;
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
+
+  geglu_sm90_tuning::LaunchArgs a;
+  std::memset(&a, 0, sizeof a);
+  a.x = x;
+  a.M = M;
+  a.K = K;
+  a.ldx = ldx;
+  a.wg = w_gate;
+  a.wu = w_up;
+  a.ldw = ldw;
+  a.bg = b_gate;
+  a.bu = b_up;
+  a.out = nostore ? nullptr : out;
+  a.H = H;
+  a.ldo = ldo;
+  a.approximate = approximate ? 1 : 0;
+  a.swizzle = swz_code == 0 ? 1 : 1 << (swz_code - 1);
+  a.raster = raster;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == GEGLU_SM90_BF16) {
+    return geglu_sm90_tuning::dispatch<cutlass::bfloat16_t>(variant, a, device, info->sm_count, s);
+  }
+  return geglu_sm90_tuning::dispatch<cutlass::half_t>(variant, a, device, info->sm_count, s);
+}
+
+}  // extern "C"

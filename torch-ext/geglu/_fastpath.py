@@ -1,8 +1,7 @@
 """When a Python custom op can be skipped, and what runs instead.
 
-A call through a `torch.library.custom_op` costs about 60 us of host time (measured on
-an H100: `ops.geglu_triton` 112 us per call against 52 us for the Triton launcher it
-wraps, benchmarks/results/profile_triton_launch_h100.log), which at decode sizes is
+A call through a `torch.library.custom_op` costs about 60 us of host time (about twice
+the Triton launcher it wraps; docs/DESIGN.md, "Host time"), which at decode sizes is
 many times the kernel itself. The op is needed for torch.compile (it traces ops, not
 Python), for autograd (the op carries it), and for fake/meta tensors and tensor
 subclasses (the op's fake implementation serves them). Outside those, the public

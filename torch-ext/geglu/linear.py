@@ -10,7 +10,7 @@ call each (torch-ext/: `_geglu_mlp`, `_geglu_linear` and `_linear_bias_gelu` for
 inference; `_geglu_mlp_train` and `_geglu_mlp_backward`, joined by `_GegluMlpTrain` here,
 for calls that need gradients), which check the arguments (torch-ext/gemm_checks.h: the
 messages of _checks.py) and pick the kernels in C++, in one place
-(geglu_kernels/cuda/mlp_kernels.cpp; docs/DESIGN.md says why each route wins). What
+(geglu_kernels/cuda/fused_gemm_router.cpp; docs/DESIGN.md says why each route wins). What
 follows is the Python route, which the noarch (Triton-only) variant, tensor subclasses,
 torch.compile with gradients and calls that need gradients take:
 
@@ -192,8 +192,8 @@ if _NATIVE_MLP_DEVICE_TYPES:
 # autograd, so the autograd node is this Python Function around two native calls,
 # `_geglu_mlp_train` (the forward, returning also what backward needs) and
 # `_geglu_mlp_backward`. A plain autograd.Function, not torch.library.register_autograd
-# on the op: the library's wrapper cost ~110 us more host time per forward on the H100's
-# host (benchmarks/results/stable_abi/train_autograd_probe_h100.log). Only eager calls
+# on the op: the library's wrapper cost ~100 us more host time per forward
+# (docs/DESIGN.md, "Alternatives that lost"). Only eager calls
 # that need a gradient take it (geglu_mlp_call; torch.compile differentiates the
 # composition): `_geglu_mlp` has no autograd kernel, which every inference call would
 # pay (docs/DESIGN.md, "Stable ABI").

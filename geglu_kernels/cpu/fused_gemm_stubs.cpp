@@ -1,8 +1,8 @@
-// The fused inference GEMMs of _geglu_mlp (torch_binding.h) on CPU: none. ATen's GEMMs
+// The fused inference GEMMs of common/fused_gemms.h on CPU: none. ATen's GEMMs
 // (oneDNN / MKL) with the geglu kernel between them serve every CPU call, and a fused
 // CPU GEMM would have to beat them first.
 
-#include "torch_binding.h"
+#include "common/fused_gemms.h"
 
 namespace geglu_stable {
 

@@ -1,91 +1,28 @@
-// The fused inference GEMMs the native ops ask the CUDA backend for (torch_binding.h),
-// decided on the host from shapes, dtype, alignment and the device alone (no data, no
-// sync: the same choice is replayed under CUDA-graph capture):
-// - fused_gate_up (_geglu_mlp): on sm_90 for bf16/fp16 with 16-byte aligned rows, the
-//   swap-AB gate/up (geglu_swapab_sm90.cu: weights on the wgmma's 128-row side) at 1-32
-//   tokens and the Hopper GEMM engine (geglu_gemm_sm90.cu) above; elsewhere none (the op
-//   runs cuBLAS writing [gate | up], then the geglu kernel). The swap-AB kernel against
-//   the engine, and the MLP with the down projection the op runs after each (CUDA
-//   graphs, us, H200; benchmarks/results/h200/swap/check_swap_vs_decode.log):
-//                      gate/up, 16 tokens       MLP, 16 tokens (+ cuBLAS addmm)
-//     Gemma-2B            35.3 / 40.2              59.7 / 64.2
-//     Gemma-2-2B          26.6 / 28.9              45.7 / 47.9
-//     Gemma-7B            74.3 / 80.3             118.8 / 124.8
-//     Gemma-2-9B          51.5 / 56.6              88.5 / 90.3
-//     Gemma-2-27B        161.4 / 184.5            258.1 / 268.9
-//   ahead at 8 and 32 tokens too (at 32 by 1-5% in the MLP); at 64 the engine's tile
-//   wins (Gemma-7B 76.4 against 86.7). On the H100 (results/h100_final/swap/) ahead or
-//   within 1% at every point, by less (Gemma-7B MLP, 16 tokens: 167.9 / 167.8). At 1-4 tokens it replaced the decode gate/up
-//   kernel (git e20bd53): MLP with the decode linear, 1 token, 53.7 / 112.4 / 84.3 /
-//   267.7 us against 56.3 / 115.6 / 84.0 / 269.6 at Gemma-2B / -7B / -2-9B / -2-27B,
-//   39.4 against 39.0 at Gemma-2-2B;
-// - fused_down (_geglu_mlp's down projection; down_serves, down_kernel_by_size): on sm_90
-//   for bf16/fp16 with aligned rows,
-//   - at 1-4 tokens, the decode linear (decode_sm90.cu) where its grid fits on the GPU at
-//     once (geglu_decode_sm90_linear_max_n). Against cuBLAS's addmm (CUDA graphs, us, 1
-//     token; benchmarks/results/h200/decode2/ and h100_final/decode2/check_decode.log):
-//     H200 Gemma-2B 20.0 / 23.4, Gemma-2-2B 12.5 / 14.6, Gemma-7B 39.7 / 41.4, Gemma-2-9B
-//     28.5 / 30.8, Gemma-2-27B 106.6 / 84.5 (576 blocks, 528 fit); H100 Gemma-7B 55.5 /
-//     60.0. A second tile of B columns for 8 tokens lost (commit a78d3b6): kDecodeTokens;
+// The CUDA backend's kernel router: for each fused inference GEMM the per-layer ops ask
+// for (common/fused_gemms.h), which kernel serves the call, decided on the host from
+// shapes, dtype, alignment and the device alone (no data, no sync: the same choice is
+// replayed under CUDA-graph capture). Every kernel here is sm_90 only and takes bf16/fp16
+// with 16-byte aligned rows; any other call gets std::nullopt and the op runs torch's
+// GEMMs (cuBLAS). One rule serves the H100 and the H200. The measurements behind each rule
+// and threshold: docs/DESIGN.md, "GEMMs" and "Decode GEMMs and what bounds a decode step".
+// - fused_gate_up (_geglu_mlp): the swap-AB gate/up (geglu_swapab_sm90.cu: the weights on
+//   the wgmma's 128-row side) at 1-32 tokens, where it beats the engine's tiles; the Hopper
+//   GEMM engine (geglu_gemm_sm90.cu) above, where the engine's 64-row tile wins.
+// - fused_down (_geglu_mlp's down projection; down_serves, down_kernel_by_size):
+//   - at 1-4 tokens (kDecodeTokens), the decode linear (decode_sm90.cu) where its grid fits
+//     on the GPU at once (geglu_decode_sm90_linear_max_n): it beats cuBLAS's addmm;
 //   - else at up to 32 tokens with a weight of >= 48 MiB (kSplitKMinWeightBytes), the
-//     split-K swap-AB linear (linear_swapab_sm90.cu). The MLP with it against the same
-//     gate/up followed by cuBLAS's addmm (CUDA graphs, us, H200;
-//     benchmarks/results/h200/splitk/final/check_linear_swapab.log):
-//                     8 tokens        16 tokens       32 tokens
-//       Gemma-2B      58.1 / 59.3     58.8 / 59.4     57.6 / 59.9
-//       Gemma-7B     115.8 / 116.8   116.2 / 118.3   116.1 / 118.3
-//       Gemma-2-9B    84.3 / 86.2     87.8 / 88.0     87.0 / 88.7
-//       Gemma-2-27B  247.1 / 249.4   250.6 / 253.1   244.4 / 251.4 (and 244.3 / 247.3
-//                                                      at 1 token, where the decode
-//                                                      linear's grid does not fit)
-//     and with Gemma-2-2B's 40.5 MiB weight 43.6 / 41.2 at 8 tokens: below the
-//     threshold, torch's GEMM. At 1-4 tokens the decode linear's pair is as fast or
-//     faster (1 token: Gemma-7B 112.4 both, Gemma-2B 54.5 against 56.4). On the H100
-//     (results/h100_final/splitk/) the margins are smaller and Gemma-2-9B at 16 / 32 tokens
-//     is behind: 119.0 / 117.9 against 116.4 / 117.0 (Gemma-7B 166.9 / 166.0 against
-//     167.2 / 166.4; Gemma-2-27B at 1 token 360.0 against 363.6): one rule for both
-//     cards, as for the gate/up, and the route keeps torch's GEMM call off the host;
-//   - else none (torch's GEMM, with b_down and the residual);
-// - fused_decode_mlp (_geglu_mlp): where the swap-AB gate/up and one of the down kernels
-//   serve a call (1-32 tokens), their two launches with y, h and the split-K workspace in
-//   one allocation (one allocator call and torch's GEMM call fewer; a kernelized GemmaMLP
-//   call's host time on an H200 host went from 21.2 to 19.0 us at 1 token with this and
-//   linear.py's shorter route checks, benchmarks/results/h200/decode3/host_time.log). For a transformer MLP (the output
-//   as wide as x) with a down weight of >= 48 MiB, both GEMMs run as one kernel instead
-//   (mlp_fused_sm90.cu), at 1-32 tokens; with one of 40-48 MiB, at 5-32 tokens, where the
-//   op would run cuBLAS's addmm after the gate/up (Gemma-2-2B's 40.5 MiB at 8 / 16 / 32
-//   tokens: 39.7 / 39.6 / 39.0 against 41.2 / 42.1 / 41.3 us on the H200, 51.3 / 51.3 /
-//   50.5 against 54.6 / 56.0 / 56.6 on the H100; a 32 MiB weight, 2048 x 8192, lost:
-//   34.1 / 34.4 against 30.9 / 31.7 at 8 / 16 tokens on the H200, and the decode linear's
-//   pair stays ahead at 1-4 tokens below 48 MiB; results/*/session16/final/
-//   check_mlp_fused_small.log). Against the two kernels
-//   it replaced (CUDA graphs, us; benchmarks/results/{h200,h100}/session16/final/
-//   check_mlp_fused_final.log), the decode linear's pair at 1 / 4 tokens, the split-K
-//   pair above:
-//                          1 token         4 tokens        16 tokens       32 tokens
-//     H200 Gemma-2B     55.0 / 53.2     54.3 / 53.4     54.2 / 57.1     53.5 / 56.0
-//          Gemma-7B    111.5 / 110.3   114.2 / 111.7   111.7 / 114.0   109.9 / 113.3
-//          Gemma-2-9B   76.6 / 81.0     78.5 / 80.7     76.0 / 83.7     78.6 / 83.0
-//          Gemma-2-27B 229.8 / 241.7   230.9 / 244.3   233.2 / 241.4   239.6 / 238.8
-//     H100 Gemma-2B     74.1 / 75.5     75.5 / 75.7     77.0 / 79.7     75.1 / 78.1
-//          Gemma-7B    161.3 / 161.5   163.0 / 161.6   161.9 / 168.1   158.5 / 162.4
-//          Gemma-2-9B  110.4 / 114.8   111.6 / 115.3   110.7 / 120.3   111.5 / 117.5
-//          Gemma-2-27B 348.8 / 361.4   351.7 / 359.9   353.8 / 365.1   352.2 / 352.1
-//     (Gemma-2-27B's 1-4 tokens against the split-K pair: its output is too wide for the
-//     decode linear's one wave). Behind by up to 2.5 us at 1-4 tokens on the H200 at
-//     Gemma-2B / -7B (1.4 on the H100), ahead by 4-14 at Gemma-2-9B / -27B: one rule for
-//     both cards, and one launch fewer of host time (about 3 us on a slow H100 host,
-//     benchmarks/results/h100/session16/host_time_*.log);
+//     split-K swap-AB linear (linear_swapab_sm90.cu): below, its fixed cost loses to addmm;
+//   - else none (torch's GEMM, with b_down and the residual).
+// - fused_decode_mlp (_geglu_mlp, 1-32 tokens): the swap-AB gate/up and one of the down
+//   kernels, with y, h and the split-K workspace in one allocation (an allocator call and
+//   torch's GEMM call fewer of host time). For a transformer MLP (the output as wide as x)
+//   both GEMMs run as one kernel (mlp_fused_sm90.cu) with a down weight of >= 48 MiB, or of
+//   >= 40 MiB (kOneKernelMinWeightBytes) where the decode linear does not serve: one launch
+//   fewer, and as fast or faster there; with a 32 MiB weight it lost.
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
-//   (linear_gelu_sm90.cu) on sm_90 above 128 tokens, where it measured faster than
-//   cuBLAS(Lt) (benchmarks/results/h200/linear_gelu_regepi_*, H200, CUDA graphs,
-//   median us of the second round):
-//     exact GELU, against F.linear + F.gelu:   8192x1024->4096 124.1 vs 154.6,
-//       8192x1600->6400 260.8 vs 341.1, 4096x2048->5120 133.4 vs 165.9;
-//     tanh GELU, against cuBLASLt's GELU_BIAS epilogue: 109.6 vs 117.5, 251.7 vs 284.4,
-//       130.1 vs 138.1 (with CUTLASS's fusion epilogue it had lost at K = 2048 on the
-//       H100, 142.5 vs 132.6, and the route stopped at K = 1600);
-//     64 tokens: 14.7 vs 7.0 (exact), 13.3 vs 5.6 (tanh): cuBLAS up to M = 128.
+//   (linear_gelu_sm90.cu) above 128 tokens, where it beats cuBLAS(Lt) with either GELU;
+//   cuBLAS up to M = 128.
 
 #include <atomic>
 #include <optional>
@@ -101,8 +38,8 @@
 #include "linear_gelu_sm90.h"
 #include "linear_swapab_sm90.h"
 #include "mlp_fused_sm90.h"
-#include "aten.h"
-#include "torch_binding.h"
+#include "common/device_tensors.h"
+#include "common/fused_gemms.h"
 
 namespace geglu_stable {
 namespace {
@@ -198,8 +135,7 @@ Tensor launch_gate_up(const char *op, const Tensor &x, const Tensor &w_gate, con
   }
   check_status(op, geglu_gemm_sm90(x.data_ptr(), m, k, x.stride(0), w_gate.data_ptr(), w_up.data_ptr(),
                                    w_gate.stride(0), ptr_or_null(b_gate), ptr_or_null(b_up), out.data_ptr(), hidden,
-                                   out.stride(0), sm90_dtype(x), tanh, /*config=*/-1,
-                                   geglu_cuda::current_stream(x)));
+                                   out.stride(0), sm90_dtype(x), tanh, geglu_cuda::current_stream(x)));
   return out;
 }
 
@@ -369,7 +305,7 @@ OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTens
   Tensor out = device::empty(IntArrayRef(shape, 2), x);
   check_status("_linear_bias_gelu",
                linear_gelu_sm90(x.data_ptr(), m, k, x.stride(0), weight.data_ptr(), n, weight.stride(0),
-                                ptr_or_null(bias), out.data_ptr(), out.stride(0), sm90_dtype(x), tanh, /*config=*/-1,
+                                ptr_or_null(bias), out.data_ptr(), out.stride(0), sm90_dtype(x), tanh,
                                 geglu_cuda::current_stream(x)));
   return out;
 }
