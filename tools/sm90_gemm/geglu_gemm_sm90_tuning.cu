@@ -68,7 +68,7 @@ using TuningGemm = GegluGemm<Element, BM, BN, Schedule, ClusterM, ClusterN, NoSt
 
 // X(id, name, BM, BN, schedule, cluster M[, cluster N]), as the product's table. The ids
 // are the ones this tool's results use since the product kept three variants
-// (benchmarks/results/gemm_sm90_h100.log predates it: match by name).
+// (benchmarks/results/h100_2026-11-23/gemm_sm90_h100.log predates it: match by name).
 #define GEGLU_SM90_TUNING_VARIANTS(X)                                                          \
   X(4, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1)             \
   X(5, "pingpong_128x(2x64)x64_c1", 128, 64, KernelTmaWarpSpecializedPingpong, 1)              \

@@ -2,7 +2,7 @@
 // See linear_sm90.h for the ABI and why it is swap-AB + stream-K.
 //
 // An experiment, not part of the product: at the decode shapes of the down projection
-// it did not beat cuBLAS (benchmarks/results/linear_sm90_h100.log, docs/DESIGN.md), so
+// it did not beat cuBLAS (benchmarks/results/h100_2026-11-23/linear_sm90_h100.log, docs/DESIGN.md), so
 // the MLP op keeps torch's GEMM there. check_linear.py also times the engine's small-M
 // variants against it.
 //
