@@ -138,6 +138,22 @@ void boxed_geglu_linear(StableIValue *stack, uint64_t, uint64_t) {
   stack[0] = sd::from(geglu_stable::geglu_linear(x, w_gate, w_up, b_gate, b_up, approximate));
 }
 
+#if defined(CUDA_KERNEL)
+void boxed_geglu_mlp_fp8(StableIValue *stack, uint64_t, uint64_t) {
+  const Tensor x = take_tensor(stack[0]), w_gate = take_tensor(stack[1]), w_gate_scale = take_tensor(stack[2]);
+  const Tensor w_up = take_tensor(stack[3]), w_up_scale = take_tensor(stack[4]);
+  const Tensor w_down = take_tensor(stack[5]), w_down_scale = take_tensor(stack[6]);
+  const OptTensor residual = take_opt(stack[7]);
+  const std::string approximate = take_str(stack[8]);
+  stack[0] = sd::from(geglu_stable::geglu_mlp_fp8(x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale,
+                                                  residual, approximate));
+}
+
+void boxed_geglu_mlp_fp8_serves(StableIValue *stack, uint64_t, uint64_t) {
+  stack[0] = sd::from(geglu_stable::geglu_mlp_fp8_serves(take_tensor(stack[0])));
+}
+#endif
+
 }  // namespace
 
 // The namespace is unique per build (_geglu_<backend>_<tree hash>), so two builds of
@@ -159,6 +175,11 @@ STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("_linear_bias_gelu(Tensor x, Tensor weight, Tensor? bias, str approximate) -> Tensor");
   ops.def("_geglu_linear(Tensor x, Tensor w_gate, Tensor? w_up, Tensor? b_gate, Tensor? b_up, "
           "str approximate) -> Tensor");
+#if defined(CUDA_KERNEL)
+  ops.def("_geglu_mlp_fp8(Tensor x, Tensor w_gate, Tensor w_gate_scale, Tensor w_up, Tensor w_up_scale, "
+          "Tensor w_down, Tensor w_down_scale, Tensor? residual, str approximate) -> Tensor");
+  ops.def("_geglu_mlp_fp8_serves(Tensor x) -> bool");
+#endif
 }
 
 // Backend kernels only: the inference ops (_geglu_mlp, _linear_bias_gelu,
@@ -182,6 +203,10 @@ STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, GEGLU_BACKEND, ops) {
   ops.impl("_geglu_mlp_backward", &boxed_geglu_mlp_backward);
   ops.impl("_linear_bias_gelu", &boxed_linear_bias_gelu);
   ops.impl("_geglu_linear", &boxed_geglu_linear);
+#if defined(CUDA_KERNEL)
+  ops.impl("_geglu_mlp_fp8", &boxed_geglu_mlp_fp8);
+  ops.impl("_geglu_mlp_fp8_serves", &boxed_geglu_mlp_fp8_serves);
+#endif
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

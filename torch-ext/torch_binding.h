@@ -49,4 +49,13 @@ Tensor geglu_linear(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up
 // inference (linear.py takes the differentiable composition when a gradient is needed).
 Tensor linear_bias_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, std::string_view approximate);
 
+#if defined(CUDA_KERNEL)
+// _geglu_mlp_fp8 (torch-ext/geglu_mlp_fp8.cpp): the block-scaled FP8 GeGLU MLP, inference;
+// _geglu_mlp_fp8_serves: whether this build has its kernels for x's device.
+Tensor geglu_mlp_fp8(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
+                     const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
+                     const OptTensor &residual, std::string_view approximate);
+bool geglu_mlp_fp8_serves(const Tensor &x);
+#endif
+
 }  // namespace geglu_stable

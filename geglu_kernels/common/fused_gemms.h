@@ -45,6 +45,18 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
                            const OptTensor &residual, bool tanh, torch::headeronly::IntHeaderOnlyArrayRef out_shape);
 
 #if defined(CUDA_KERNEL)
+// Whether the CUDA backend has FP8 MLP kernels for x's device (_geglu_mlp_fp8_serves):
+// the sm_90 engine.
+bool fp8_mlp_served(const Tensor &x);
+
+// The block-scaled FP8 GeGLU MLP (_geglu_mlp_fp8, torch-ext/geglu_mlp_fp8.cpp): x [M, K]
+// bf16/fp16 contiguous, e4m3 weights [hidden, K], [hidden, K], [N, hidden] with float32
+// 128x128 block scales, all contiguous and checked by the caller; a new tensor of
+// out_shape ([..., N], M rows). Only where fp8_mlp_served(x).
+Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
+                     const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
+                     const OptTensor &residual, bool tanh, torch::headeronly::IntHeaderOnlyArrayRef out_shape);
+
 // The inference bias + GELU GEMM _linear_bias_gelu asks the CUDA backend for:
 // gelu(x @ weight.T + bias) as a new [M, N] tensor, or std::nullopt where it has no
 // faster kernel than cuBLAS for the call. x is [M, K] with M, K > 0, weight [N, K].

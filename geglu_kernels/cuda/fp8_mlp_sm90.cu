@@ -20,7 +20,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 #include "fp8_geglu_sm90.cuh"
-#include "geglu_gemm_sm90.h"
+#include "sm90_status.h"
 #include "sm90_launcher.cuh"
 
 namespace fp8_sm90 {

@@ -12,7 +12,7 @@
 //
 // Asynchronous on `stream` (a cudaStream_t): no host synchronization, no allocation,
 // CUDA-graph capturable (make one call per kernel before capturing: the first sets its
-// shared-memory attribute). Return GEGLU_SM90_* codes (geglu_gemm_sm90.h); nonzero
+// shared-memory attribute). Return GEGLU_SM90_* codes (sm90_status.h); nonzero
 // means nothing was launched.
 //
 // Supported: M >= 0; K, H, N multiples of 128 (each < 2^31); pointers 16-byte aligned

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "fp8_mlp_sm90.h"
-#include "geglu_gemm_sm90.h"
+#include "sm90_status.h"
 #include "sm90_launcher.cuh"
 
 namespace fp8_sm90 {

@@ -20,6 +20,10 @@
 //   both GEMMs run as one kernel (mlp_fused_sm90.cu) with a down weight of >= 48 MiB, or of
 //   >= 40 MiB (kOneKernelMinWeightBytes) where the decode linear does not serve: one launch
 //   fewer, and as fast or faster there; with a 32 MiB weight it lost.
+// - fused_fp8_mlp (_geglu_mlp_fp8): on sm_90 (fp8_mlp_served), x quantized per 1x128 group
+//   (fp8_quantize_rows.cu), the block-scaled FP8 gate/up GEMM with the GeGLU and h's
+//   quantization in its epilogue, the block-scaled down GEMM with the residual
+//   (fp8_mlp_sm90.cu); elsewhere the Python function runs its dequantizing composite.
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) above 128 tokens, where it beats cuBLAS(Lt) with either GELU;
 //   cuBLAS up to M = 128.
@@ -33,6 +37,7 @@
 #include "common/tensor_checks.h"
 #include "cuda_context.h"
 #include "decode_sm90.h"
+#include "fp8_mlp_sm90.h"
 #include "geglu_gemm_sm90.h"
 #include "geglu_swapab_sm90.h"
 #include "linear_gelu_sm90.h"
@@ -289,6 +294,45 @@ OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &
   void *workspace = base + (y_elems + m * hidden) * buffer.element_size();
   launch_swapab_gate_up("_geglu_mlp", x, w_gate, w_up, b_gate, b_up, h, hidden, tanh);
   launch_down(kind, x, h, m, hidden, hidden, w_down, b_down, residual, y.data_ptr(), workspace, ws_elems);
+  return y;
+}
+
+bool fp8_mlp_served(const Tensor &x) { return is_sm90(x); }
+
+Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
+                     const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
+                     const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
+  const char *op = "_geglu_mlp_fp8";
+  STD_TORCH_CHECK(is_sm90(x), op, ": no FP8 kernels for this device (compute capability 9.0 only)");
+  const int64_t m = x.size(0), k = x.size(1), hidden = w_gate.size(0), n = w_down.size(0);
+  const device::DeviceGuard guard(x.get_device_index());
+  Tensor y = device::empty(out_shape, x);
+  if (m == 0) return y;
+  // One allocation for the quantized activations and their scales (rows padded to a
+  // multiple of 4, as their TMA loads ask), each part 16-byte aligned: xq [m, k] e4m3, its
+  // scales [k/128, ld] float32, hq [m, hidden], its scales [hidden/128, ld].
+  const int64_t ld = (m + 3) / 4 * 4;
+  auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
+  const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4), hq_bytes = up16(m * hidden);
+  const int64_t sh_bytes = up16(hidden / 128 * ld * 4);
+  const int64_t total = xq_bytes + sx_bytes + hq_bytes + sh_bytes;
+  const int64_t size[1] = {total / static_cast<int64_t>(x.element_size())};
+  Tensor buffer = device::empty(IntArrayRef(size, 1), x);
+  char *base = static_cast<char *>(buffer.data_ptr());
+  void *xq = base;
+  float *sx = reinterpret_cast<float *>(base + xq_bytes);
+  void *hq = base + xq_bytes + sx_bytes;
+  float *sh = reinterpret_cast<float *>(base + xq_bytes + sx_bytes + hq_bytes);
+  void *stream = geglu_cuda::current_stream(x);
+  const int dtype = sm90_dtype(x);
+  check_status(op, geglu_fp8_quantize_rows(x.data_ptr(), k, m, k, dtype, xq, sx, ld, stream));
+  check_status(op, geglu_fp8_sm90_gate_up(xq, sx, ld, m, k, w_gate.data_ptr(),
+                                          static_cast<const float *>(w_gate_scale.data_ptr()), w_up.data_ptr(),
+                                          static_cast<const float *>(w_up_scale.data_ptr()), hidden, hq, sh, ld, tanh,
+                                          stream));
+  check_status(op, geglu_fp8_sm90_down(hq, sh, ld, m, hidden, w_down.data_ptr(),
+                                       static_cast<const float *>(w_down_scale.data_ptr()), n, ptr_or_null(residual),
+                                       y.data_ptr(), dtype, stream));
   return y;
 }
 
