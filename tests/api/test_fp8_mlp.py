@@ -94,7 +94,9 @@ def quantize_rows_ref(v: torch.Tensor) -> torch.Tensor:
     rows, cols = v.shape
     g = v.float().reshape(rows, cols // 128, 128)
     amax = g.abs().amax(dim=-1, keepdim=True)
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    # A tensor divisor: CUDA torch divides by a Python scalar as a multiply by its
+    # reciprocal, one ulp off at times, which would move exact ties of bf16 inputs.
+    scale = torch.where(amax > 0, amax / torch.full_like(amax, 448.0), torch.ones_like(amax))
     q = (g / scale).clamp(-448.0, 448.0).to(FP8)
     return (q.double() * scale.double()).reshape(rows, cols)
 
@@ -603,10 +605,10 @@ CUDA_CASES = [(m, shape) for ms, shape in CUDA_GRID for m in ms]
 # (6-12%) from the float64 reference's, which moves outputs by up to a few percent of a
 # row (measured on an H100: 0.35% overall, at most 3.4% of a row's norm): far below the
 # quantization error itself (about 6.4% against the unquantized MLP). Overall relative
-# RMS <= 1e-2, each row's <= 6e-2, each element within 0.15 of its row's largest; and,
+# RMS <= 1e-2, each row's <= 8e-2, each element within 0.15 of its row's largest; and,
 # given the unquantized result, the accuracy target: within 2x of the
 # reference's own error, and off the reference by under a quarter of it.
-KERNEL_REL_RMS, KERNEL_ROW_REL_RMS, KERNEL_ROW_ATOL = 1e-2, 6e-2, 0.15
+KERNEL_REL_RMS, KERNEL_ROW_REL_RMS, KERNEL_ROW_ATOL = 1e-2, 8e-2, 0.15
 
 
 def assert_kernel_matches_ref(out, ref, true=None, what=""):
