@@ -31,8 +31,9 @@ int geglu_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, int64_t K, in
                             int64_t ld_s, void* stream);
 
 // hq[M, H], sh = quantize_1x128(gelu(deq(xq) @ deq(wg)^T) * (deq(xq) @ deq(wu)^T)):
-// per row and 128-column group of h, scale = amax / 448 (1 where amax is 0), hq = e4m3(h /
-// scale) rounded to nearest even, saturating. approximate: nonzero = tanh GELU, 0 = exact.
+// per row and 128-column group of h, scale = amax / 448 (1 where amax is 0), hq = e4m3(h *
+// (1 / scale)) rounded to nearest even, saturating (the product is the quotient h / scale
+// but for rare one-ulp differences). approximate: nonzero = tanh GELU, 0 = exact.
 int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
                            const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
                            void* hq, float* sh, int64_t ld_sh, int approximate, void* stream);

@@ -15,6 +15,10 @@ reference):
 - gate = deq(x) @ deq(w_gate).T and up = deq(x) @ deq(w_up).T in float32; h = gelu(gate)
   * up in float32 (tanh or exact GELU); h is quantized as x was (1x128 groups along
   hidden); y = deq(h) @ deq(w_down).T in float32, + residual, rounded to x's dtype once.
+- The fused kernels quantize h as h * (1 / scale), which differs from the quotient by
+  at most one float32 ulp, and Hopper's FP8 MMA accumulates each 128-deep block at
+  reduced precision: about 1% of h's bytes land one e4m3 step from this composite's,
+  0.2-0.4% of the output (relative RMS) against 6.4% of quantization error.
 - A group holding inf or NaN makes that row's output NaN (its scale is inf or NaN, so
   the group's quantized values are NaN); other rows are unaffected.
 
