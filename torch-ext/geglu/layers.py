@@ -105,8 +105,9 @@ def _linear_operands(x: torch.Tensor, *linears):
     DTensor or other subclass is not dense), and no autocast (under which nn.Linear would
     run in the autocast dtype). Else None.
 
-    This is most of a layer call's Python (docs/DESIGN.md, "Host time"), so it reads each module's state from its `__dict__` directly,
-    once, with no attribute lookups through the class (see _submodules)."""
+    This is most of a layer call's Python (docs/DESIGN.md, "Host time"), so it reads each
+    module's state from its `__dict__` directly, once, with no attribute lookups through
+    the class (see _submodules)."""
     # x.is_cuda first: x.device builds a torch.device object on every read.
     dtype = x.dtype
     if dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):

@@ -25,6 +25,10 @@ torch.compile with gradients and calls that need gradients take:
     geglu_mlp          geglu_linear's routes, then the down projection on cuBLAS with its
                        bias and the residual (`_down_proj`).
 
+The MLP's names: `geglu_mlp` (public) checks the operands' types and calls
+`mlp_layer_entry` (also the layers' entry), which calls the native op `_geglu_mlp` (with
+gradients `_GegluMlpTrain`) or the Python composition `_composed_mlp`.
+
 Merged gate/up weight: w_up=None means w_gate is [2*hidden, in] with the gate rows
 first (a fused gate_up_proj), read in place; its bias is then either merged (b_gate
 of [2*hidden], b_up None) or split. `_split_gate_up` turns that into separate views.

@@ -291,7 +291,7 @@ def _rows(name: str, t: torch.Tensor):
 
 def _is_tanh(approximate: str) -> bool:
     if approximate not in ("tanh", "none"):
-        raise ValueError(f"approximate must be 'tanh' or 'none', got {approximate!r}")
+        raise ValueError(f"approximate must be one of ('tanh', 'none'), got {approximate!r}")
     return approximate == "tanh"
 
 
