@@ -1,7 +1,7 @@
 """Where the host time of one GeGLU MLP layer call goes, level by level.
 
 host_time.py measures a whole layer call; this peels it: the kernelized layer, the
-functional entry it calls (`geglu_mlp_call`), the native op through its overload
+functional entry it calls (`mlp_layer_entry`), the native op through its overload
 packet and through `.default`, and the pieces inside the op (the engine's gate/up
 launch, cuBLAS's down GEMM, an allocation) next to floors (a view, an empty op call
 through the dispatcher). Each row is the median host time per call, in bursts with
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     rows = {
         "eager GemmaMLP": lambda: eager(x),
         "layer (kernelized GemmaMLP)": lambda: layer(x),
-        "geglu_mlp_call": lambda: linear.geglu_mlp_call(*mlp_args),
+        "mlp_layer_entry": lambda: linear.mlp_layer_entry(*mlp_args),
         "ops._geglu_mlp (packet)": lambda: ops._geglu_mlp(*mlp_args),
         "ops._geglu_mlp.default": lambda: ops._geglu_mlp.default(*mlp_args),
         "ops._geglu_mlp.default, 2-d x": lambda: ops._geglu_mlp.default(x2, *mlp_args[1:]),

@@ -145,7 +145,7 @@ def sm90_off_rungs(model: SimpleGeGLUMLP, geglu, device: str) -> list:
 
     No switch turns the engine off for the native ops: `_geglu_mlp` (and `_geglu_linear`)
     choose in C++, geglu_kernels/cuda/fused_gemm_router.cpp, where `sm90_serves`,
-    `fused_decode_mlp`, `fused_down` and `fused_linear_gelu` ask `is_sm90()`: the device's
+    `fused_small_batch_mlp`, `fused_down` and `fused_linear_gelu` ask `is_sm90()`: the device's
     capability from cudaDeviceGetAttribute, cached in a static array. No environment
     variable and no Python state reaches it. So these rungs run the same kernels by
     other calls:

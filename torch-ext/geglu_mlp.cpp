@@ -9,8 +9,8 @@
 // GEMMs go straight to the device's kernels through AOTInductor's C shim (aten.h).
 //
 // _geglu_mlp (inference): both GEMMs from the backend with h and y in one allocation
-// where it has kernels for both (fused_decode_mlp: on sm_90 at decode); else the gate/up
-// GEMM with the GeGLU fused in where the backend has a kernel for the call
+// where it has kernels for both (fused_small_batch_mlp: on sm_90 at 1-32 tokens); else
+// the gate/up GEMM with the GeGLU fused in where the backend has a kernel for the call
 // (fused_gate_up), else torch's GEMM writing [gate | up] and the geglu kernel; then the
 // down GEMM with b_down and the residual in it, the backend's where it has one
 // (fused_down), else torch's.
@@ -170,8 +170,8 @@ Tensor geglu_mlp(const Tensor &x, const Tensor &w_gate, const OptTensor &w_up, c
   const std::optional<SplitGateUp> fused = fused_operands(p.x, w_gate, w_up, b_gate, b_up);
   if (fused.has_value()) {
     const IntArrayRef out_shape(p.out_shape.data(), p.out_shape.size());
-    if (OptTensor y = fused_decode_mlp(p.x, fused->w_gate, fused->w_up, fused->b_gate, fused->b_up, w_down, b_down,
-                                       p.residual, p.tanh, out_shape)) {
+    if (OptTensor y = fused_small_batch_mlp(p.x, fused->w_gate, fused->w_up, fused->b_gate, fused->b_up, w_down, b_down,
+                                            p.residual, p.tanh, out_shape)) {
       return *y;
     }
   }

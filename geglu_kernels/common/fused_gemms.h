@@ -36,13 +36,14 @@ OptTensor fused_gate_up(const Tensor &x, const Tensor &w_gate, const Tensor &w_u
 OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_down, const OptTensor &residual);
 
 // The whole inference MLP where the backend runs both GEMMs itself (CUDA: sm_90 at
-// decode): y = gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up) @ w_down.T + b_down +
+// 1-32 tokens): y = gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up) @ w_down.T + b_down +
 // residual as a new contiguous tensor of out_shape ([..., N], M rows), with h in the same
 // allocation (one call to the allocator instead of two; h is no tensor of its own), or
 // std::nullopt. Operands as fused_gate_up's and fused_down's, checked by the caller.
-OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
-                           const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
-                           const OptTensor &residual, bool tanh, torch::headeronly::IntHeaderOnlyArrayRef out_shape);
+OptTensor fused_small_batch_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                                const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
+                                const OptTensor &residual, bool tanh,
+                                torch::headeronly::IntHeaderOnlyArrayRef out_shape);
 
 #if defined(CUDA_KERNEL)
 // Whether the CUDA backend has FP8 MLP kernels for x's device (_geglu_mlp_fp8_serves):

@@ -12,9 +12,9 @@ OptTensor fused_gate_up(const Tensor &, const Tensor &, const Tensor &, const Op
 
 OptTensor fused_down(const Tensor &, const Tensor &, const OptTensor &, const OptTensor &) { return std::nullopt; }
 
-OptTensor fused_decode_mlp(const Tensor &, const Tensor &, const Tensor &, const OptTensor &, const OptTensor &,
-                           const Tensor &, const OptTensor &, const OptTensor &, bool,
-                           torch::headeronly::IntHeaderOnlyArrayRef) {
+OptTensor fused_small_batch_mlp(const Tensor &, const Tensor &, const Tensor &, const OptTensor &, const OptTensor &,
+                                const Tensor &, const OptTensor &, const OptTensor &, bool,
+                                torch::headeronly::IntHeaderOnlyArrayRef) {
   return std::nullopt;
 }
 

@@ -14,8 +14,8 @@
 //   - else at up to 32 tokens with a weight of >= 48 MiB (kSplitKMinWeightBytes), the
 //     split-K swap-AB linear (linear_swapab_sm90.cu): below, its fixed cost loses to addmm;
 //   - else none (torch's GEMM, with b_down and the residual).
-// - fused_decode_mlp (_geglu_mlp, 1-32 tokens): the swap-AB gate/up and one of the down
-//   kernels, with y, h and the split-K workspace in one allocation (an allocator call and
+// - fused_small_batch_mlp (_geglu_mlp, 1-32 tokens): the swap-AB gate/up and one of the
+//   down kernels, with y, h and the split-K workspace in one allocation (an allocator call and
 //   torch's GEMM call fewer of host time). For a transformer MLP (the output as wide as x)
 //   both GEMMs run as one kernel (mlp_fused_sm90.cu) with a down weight of >= 48 MiB, or of
 //   >= 40 MiB (kOneKernelMinWeightBytes) where the decode linear does not serve: one launch
@@ -269,9 +269,9 @@ OptTensor fused_down(const Tensor &h, const Tensor &w_down, const OptTensor &b_d
   return y;
 }
 
-OptTensor fused_decode_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
-                           const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
-                           const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
+OptTensor fused_small_batch_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_up, const OptTensor &b_gate,
+                                const OptTensor &b_up, const Tensor &w_down, const OptTensor &b_down,
+                                const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
   const int64_t m = x.size(0), hidden = w_gate.size(0), n = w_down.size(0);
   if (m > kSwapAbTokens || !sm90_serves(x, w_gate, w_up, b_gate, b_up)) return std::nullopt;
   if (!down_serves(m, hidden, w_down, b_down, residual)) return std::nullopt;

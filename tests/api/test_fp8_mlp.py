@@ -471,16 +471,18 @@ def layer_weights(mlp):
     return tuple(t for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj) for t in (p.weight, p.weight_scale_inv))
 
 
-def spy(monkeypatch, kernel, name):
+def spy(monkeypatch, module, name):
+    """Record the calls to `module.name` (the layers call the functional API through its
+    defining module), each as its arguments by name."""
     calls = []
-    real = getattr(kernel.layers, name)
+    real = getattr(module, name)
     signature = inspect.signature(real)
 
     def wrapper(*args, **kwargs):
         calls.append(signature.bind(*args, **kwargs).arguments)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kernel.layers, name, wrapper)
+    monkeypatch.setattr(module, name, wrapper)
     return calls
 
 
@@ -490,7 +492,7 @@ def test_layer_runs_fp8_mlp_on_fp8_linear(kernel, monkeypatch, cpu_fp8_linear, d
     """GeGLUMLP bound to a Gemma MLP of FP8Linear projections: one geglu_mlp_fp8 call on
     the modules' own tensors, matching the float64 reference; and within bf16 rounding of
     what the module itself computes (FP8Linear rounds gate, up and h to x's dtype)."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp_fp8")
+    calls = spy(monkeypatch, kernel.fp8_mlp, "geglu_mlp_fp8")
     mlp = fp8_gemma_mlp(hidden_act)
     x = rand((2, 9, HIDDEN), dtype, seed=4)
     out = kernel.layers.GeGLUMLP.forward(mlp, x)
@@ -504,7 +506,7 @@ def test_layer_runs_fp8_mlp_on_fp8_linear(kernel, monkeypatch, cpu_fp8_linear, d
 def test_layer_fp8_route_with_frozen_parameters_in_grad_mode(kernel, monkeypatch, cpu_fp8_linear):
     """FP8Linear's parameters require grad as constructed; an x without grad still takes
     the FP8 route in grad mode (the weights are frozen)."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp_fp8")
+    calls = spy(monkeypatch, kernel.fp8_mlp, "geglu_mlp_fp8")
     mlp = fp8_gemma_mlp()
     assert mlp.gate_proj.weight.requires_grad
     x = rand((5, HIDDEN), torch.bfloat16, seed=6)
@@ -554,7 +556,7 @@ def test_layer_unsupported_fp8_configurations_run_the_module(kernel, monkeypatch
     mlp = fp8_gemma_mlp(hidden=hidden, **kwargs)
     if change is not None:
         change(mlp)
-    calls = spy(monkeypatch, kernel, "geglu_mlp_fp8")
+    calls = spy(monkeypatch, kernel.fp8_mlp, "geglu_mlp_fp8")
     x = rand((2, 5, hidden), dtype, seed=3)
     if grad:
         x.requires_grad_()
@@ -567,7 +569,7 @@ def test_layer_unsupported_fp8_configurations_run_the_module(kernel, monkeypatch
 
 
 def test_layer_under_autocast_runs_the_module(kernel, monkeypatch, cpu_fp8_linear):
-    calls = spy(monkeypatch, kernel, "geglu_mlp_fp8")
+    calls = spy(monkeypatch, kernel.fp8_mlp, "geglu_mlp_fp8")
     mlp = fp8_gemma_mlp()
     x = rand((3, HIDDEN), torch.bfloat16, seed=2)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -669,7 +671,7 @@ def test_native_grid(kernel, native, monkeypatch, case, residual):
     def no_composite(*args):
         raise AssertionError("the composite ran where the native op should")
 
-    monkeypatch.setattr(kernel.fp8_mlp, "_geglu_mlp_fp8_composed", no_composite)
+    monkeypatch.setattr(kernel.fp8_mlp, "_composed_mlp_fp8", no_composite)
     poison_allocator(4 * m * n_out + (1 << 20))
     y = kernel.geglu_mlp_fp8(x, *weights, residual=res)
     assert y.dtype == torch.bfloat16
@@ -779,7 +781,7 @@ def test_functional_api_on_any_gpu(kernel, m):
     y = kernel.geglu_mlp_fp8(x, *weights, residual=res)
     ref = ref64(x, weights, res, "tanh")
     assert_kernel_matches_ref(y, ref, unquantized64(x, raw, res, "tanh"), "public")
-    composed = kernel.fp8_mlp._geglu_mlp_fp8_composed(x, *weights, res, "tanh")
+    composed = kernel.fp8_mlp._composed_mlp_fp8(x, *weights, res, "tanh")
     assert_kernel_matches_ref(composed, ref, what="composite on CUDA")
 
 
@@ -787,7 +789,7 @@ def test_functional_api_on_any_gpu(kernel, m):
 def test_layer_on_cuda(kernel, monkeypatch):
     """GeGLUMLP over FP8Linear on CUDA: the FP8 MLP, against the float64 reference."""
     pytest.importorskip("transformers.integrations.finegrained_fp8")
-    calls = spy(monkeypatch, kernel, "geglu_mlp_fp8")
+    calls = spy(monkeypatch, kernel.fp8_mlp, "geglu_mlp_fp8")
     mlp = fp8_gemma_mlp(device="cuda")
     x = rand((2, 9, HIDDEN), torch.bfloat16, seed=4, device="cuda")
     out = kernel.layers.GeGLUMLP.forward(mlp, x)

@@ -7,8 +7,8 @@ test fails if the layer silently took its eager fallback (or fused when it must 
 """
 
 import copy
-
 import inspect
+import types
 
 import pytest
 import torch
@@ -58,18 +58,19 @@ def call_layer(layer_cls, module, *args):
     return layer_cls.forward(module, *args)
 
 
-def spy(monkeypatch, kernel, name):
-    """Record the calls from the layers module to functional op `name`, each as its
+def spy(monkeypatch, module, name):
+    """Record the calls to functional op `name` of `module`, the package module that
+    defines it and through which the layers call it (`kernel.linear`, say), each as its
     arguments by name."""
     calls = []
-    real = getattr(kernel.layers, name)
+    real = getattr(module, name)
     signature = inspect.signature(real)
 
     def wrapper(*args, **kwargs):
         calls.append(signature.bind(*args, **kwargs).arguments)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kernel.layers, name, wrapper)
+    monkeypatch.setattr(module, name, wrapper)
     return calls
 
 
@@ -127,6 +128,26 @@ def test_layer_follows_hub_rules(kernel, layer_name, replaced):
 def test_layers_module_exports_every_layer(kernel):
     names = {name for name, _ in REPLACES}
     assert names <= set(kernel.layers.__all__)
+
+
+def test_layers_public_names_are_its_layer_classes(kernel):
+    """`geglu.layers` offers layers and nothing else: its public names, besides the
+    libraries it is written in, are exactly the nn.Module classes it defines, and
+    `__all__` lists them. The functional API it calls stays under private module
+    aliases, so `from geglu.layers import *`, `dir` and the Hub's layer lookup see
+    layer classes only."""
+    layers = kernel.layers
+    public = {name: getattr(layers, name) for name in dir(layers) if not name.startswith("_")}
+    libraries = {name for name, value in public.items() if isinstance(value, types.ModuleType)}
+    assert libraries <= {"F", "nn", "sys", "torch"}, libraries
+    classes = {
+        name
+        for name, value in vars(layers).items()
+        if isinstance(value, type) and issubclass(value, nn.Module) and value.__module__ == layers.__name__
+    }
+    assert set(public) - libraries == classes == set(layers.__all__)
+    assert len(layers.__all__) == len(set(layers.__all__))
+    assert {name for name, _ in REPLACES} == classes
 
 
 # --------------------------------------------------------------------------- activations
@@ -207,7 +228,7 @@ def gemma_mlp(hidden_act: str, bias: str, device, dtype) -> GemmaMLP:
 def test_geglu_mlp(kernel, monkeypatch, device, dtype, hidden_act, approximate, bias):
     """GeGLUMLP bound to a GemmaMLP: the GELU flavour comes from the module's act_fn;
     biases are honoured; forward and backward against the module in float64."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
+    calls = spy(monkeypatch, kernel.linear, "mlp_layer_entry")
     mlp = gemma_mlp(hidden_act, bias, device, dtype)
     mlp64 = as_float64(mlp)
     x = torch.randn(2, 9, HIDDEN, device=device).to(dtype).requires_grad_()
@@ -234,7 +255,7 @@ def test_geglu_mlp_passes_the_modules_weights(kernel, monkeypatch):
         seen.append((w_gate, w_up, w_down))
         return x.new_zeros(*x.shape[:-1], w_down.shape[0])
 
-    monkeypatch.setattr(kernel.layers, "geglu_mlp_call", record)
+    monkeypatch.setattr(kernel.linear, "mlp_layer_entry", record)
     mlp = gemma_mlp("gelu_pytorch_tanh", "none", "cpu", torch.float32)
     call_layer(kernel.layers.GeGLUMLP, mlp, torch.randn(3, HIDDEN))
     assert len(seen) == 1
@@ -246,7 +267,7 @@ def test_geglu_mlp_passes_the_modules_weights(kernel, monkeypatch):
 def test_geglu_mlp_other_activation_runs_the_module(kernel, monkeypatch, hidden_act):
     """An activation the kernels do not compute: the layer runs the module's own
     computation (same result bit for bit) instead of guessing."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
+    calls = spy(monkeypatch, kernel.linear, "mlp_layer_entry")
     mlp = gemma_mlp(hidden_act, "none", "cpu", torch.float32)
     x = torch.randn(2, 5, HIDDEN)
     assert torch.equal(call_layer(kernel.layers.GeGLUMLP, mlp, x), mlp(x))
@@ -266,7 +287,7 @@ def test_geglu_mlp_honours_what_calling_a_linear_would_run(kernel, monkeypatch, 
     (a hook, a forward set on the instance as accelerate's offloading or another
     kernelize mapping does, a parametrized weight): the layer runs the module's own
     computation, so the hook or replacement still takes effect."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
+    calls = spy(monkeypatch, kernel.linear, "mlp_layer_entry")
     mlp = gemma_mlp("gelu_pytorch_tanh", "none", "cpu", torch.float32)
     x = torch.randn(2, 5, HIDDEN)
     plain = mlp(x)
@@ -298,7 +319,7 @@ def test_geglu_mlp_tensor_subclass_parameter_runs_the_module(kernel, monkeypatch
     """A projection whose weight or bias is a tensor subclass: the fused call, which
     reads plain tensors (and is handed them without a second check), is not taken;
     the module's own computation runs."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
+    calls = spy(monkeypatch, kernel.linear, "mlp_layer_entry")
     mlp = gemma_mlp("gelu_pytorch_tanh", "all", "cpu", torch.float32)
     x = torch.randn(2, 5, HIDDEN)
     up = mlp.up_proj  # gate/up are then not fused either: the result is the module's, bit for bit
@@ -312,7 +333,7 @@ def test_geglu_mlp_tensor_subclass_parameter_runs_the_module(kernel, monkeypatch
 
 def test_geglu_mlp_under_autocast_runs_the_module(kernel, monkeypatch):
     """Under autocast nn.Linear computes in the autocast dtype: keep that behaviour."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
+    calls = spy(monkeypatch, kernel.linear, "mlp_layer_entry")
     mlp = gemma_mlp("gelu_pytorch_tanh", "none", "cpu", torch.float32)
     x = torch.randn(2, 5, HIDDEN)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -335,7 +356,7 @@ def t5_block(device, dtype, dropout=0.0) -> T5DenseGatedActDense:
 def test_t5_gated_gelu_dense_eval_is_one_fused_mlp(kernel, monkeypatch, device, dtype):
     """T5 v1.1's gelu_new is the tanh GELU; with dropout inactive the block is one
     fused MLP."""
-    calls = spy(monkeypatch, kernel, "geglu_mlp_call")
+    calls = spy(monkeypatch, kernel.linear, "mlp_layer_entry")
     block = t5_block(device, dtype, dropout=0.1).eval()
     block64 = as_float64(block)
     x = torch.randn(2, 9, HIDDEN, device=device).to(dtype).requires_grad_()
@@ -352,7 +373,7 @@ def test_t5_gated_gelu_dense_eval_is_one_fused_mlp(kernel, monkeypatch, device, 
 def test_t5_gated_gelu_dense_training_applies_dropout(kernel, monkeypatch, device):
     """In training with dropout the block runs the fused gate/up GEMM, then T5's
     dropout (same RNG stream as the original: same seed, same mask), then wo."""
-    calls = spy(monkeypatch, kernel, "geglu_linear")
+    calls = spy(monkeypatch, kernel.linear, "geglu_linear")
     block = t5_block(device, torch.float32, dropout=0.3).train()
     x = torch.randn(2, 9, HIDDEN, device=device)
     torch.manual_seed(7)
@@ -388,7 +409,7 @@ def test_bias_gelu_intermediate(kernel, monkeypatch, device, dtype, hidden_act, 
     """Every GELU flavour it knows, on every device: linear_bias_gelu, whose native op
     picks the kernel (cuBLASLt's GELU_BIAS epilogue, the Hopper engine, or torch's GEMM
     and the package's GELU). Against the module in float64."""
-    calls = spy(monkeypatch, kernel, "linear_bias_gelu")
+    calls = spy(monkeypatch, kernel.linear, "linear_bias_gelu")
     inter = BertIntermediate(BertConfig(hidden_size=HIDDEN, intermediate_size=INTER, hidden_act=hidden_act))
     nn.init.normal_(inter.dense.bias, std=0.5)
     inter = inter.to(device, dtype)
@@ -404,7 +425,7 @@ def test_bias_gelu_intermediate(kernel, monkeypatch, device, dtype, hidden_act, 
 
 
 def test_bias_gelu_intermediate_other_activation_runs_the_module(kernel, monkeypatch):
-    calls = spy(monkeypatch, kernel, "linear_bias_gelu")
+    calls = spy(monkeypatch, kernel.linear, "linear_bias_gelu")
     inter = BertIntermediate(BertConfig(hidden_size=HIDDEN, intermediate_size=INTER, hidden_act="relu"))
     x = torch.randn(2, 5, HIDDEN)
     assert torch.equal(call_layer(kernel.layers.BiasGeluIntermediate, inter, x), inter(x))

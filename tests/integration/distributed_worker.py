@@ -56,9 +56,10 @@ class Unavailable(Exception):
     """The case cannot be set up with the installed libraries (the test skips, saying why)."""
 
 
-# The functional entries the layers call: the fused MLP, the fused gate/up GEMM, and the
+# The functional entries the layers call, each by the package module that defines it
+# (the layers call through it): the fused MLP, the fused gate/up GEMM, and the
 # activations. Counting their calls tells which route a kernelized module took.
-FUSED_ENTRIES = ("geglu_mlp_call", "geglu_linear", "gelu_tanh", "gelu")
+FUSED_ENTRIES = {"mlp_layer_entry": "linear", "geglu_linear": "linear", "gelu_tanh": "activation", "gelu": "activation"}
 
 
 def local_layer(layer_name):
@@ -115,18 +116,19 @@ def rank_inputs(model, size: str) -> dict:
 
 @contextlib.contextmanager
 def count_fused_calls(kernelized, perturb: float = 0.0):
-    """Counts calls of the fused entries by wrapping them in the layers module that the
-    kernelized forwards run in (found from a swapped forward, so it is the module
-    kernelize loaded, not an import of our own). Yields ({entry: calls}, {entry:
+    """Counts calls of the fused entries by wrapping them in the modules of the package
+    whose layers the kernelized forwards run (found from a swapped forward, so it is the
+    package kernelize loaded, not an import of our own). Yields ({entry: calls}, {entry:
     [(type, shape) of the gate weight of each call]}) for the two GEMM entries, filled
     as the model runs; the entries are restored on exit. perturb != 0 scales what the
     GEMM entries return by 1 + perturb (a wrong fused result, which the tests must see)."""
     forwards = [m.forward.__func__ for m in kernelized.modules() if getattr(type(m), "kernel_layer_name", None)]
     swapped = [f for f in forwards if f.__module__.endswith(".layers")]
     assert swapped, "no module runs a geglu layer's forward"
-    layers = sys.modules[swapped[0].__module__]
+    package = swapped[0].__module__.rpartition(".")[0]
+    modules = {name: sys.modules[f"{package}.{module}"] for name, module in FUSED_ENTRIES.items()}
     calls = dict.fromkeys(FUSED_ENTRIES, 0)
-    shapes = {"geglu_mlp_call": [], "geglu_linear": []}
+    shapes = {"mlp_layer_entry": [], "geglu_linear": []}
 
     def spy(name, fn):
         def counted(*args, **kwargs):
@@ -139,14 +141,14 @@ def count_fused_calls(kernelized, perturb: float = 0.0):
 
         return counted
 
-    originals = {name: getattr(layers, name) for name in FUSED_ENTRIES}
+    originals = {name: getattr(modules[name], name) for name in FUSED_ENTRIES}
     for name, fn in originals.items():
-        setattr(layers, name, spy(name, fn))
+        setattr(modules[name], name, spy(name, fn))
     try:
         yield calls, shapes
     finally:
         for name, fn in originals.items():
-            setattr(layers, name, fn)
+            setattr(modules[name], name, fn)
 
 
 def grad_norm(model) -> float:
@@ -227,7 +229,7 @@ def case_fsdp2(device, dtype, size, steps=5):
     with count_fused_calls(kernelized) as (calls, shapes):
         result["kernelized"] = train(kernelized, inputs, steps, device)
     result["fused_calls"] = calls
-    result["fused_gate_weights"] = shapes["geglu_mlp_call"][: len(original.model.layers)]
+    result["fused_gate_weights"] = shapes["mlp_layer_entry"][: len(original.model.layers)]
     result["param_diff"] = param_diffs(kernelized, original)
     if reference is not None:
         result["reference"] = train(reference, inputs, steps, device)

@@ -1,4 +1,4 @@
-"""Kernelized Gemma under PyTorch's distributed stack (issue 13), on two processes.
+"""Kernelized Gemma under PyTorch's distributed stack, on two processes.
 
 Each case launches `torch.distributed.run --nproc-per-node 2` on distributed_worker.py,
 which runs a kernelized Gemma (example.py's recipe) and the same model without geglu
@@ -146,7 +146,7 @@ def check_fsdp2(results: list):
         assert r["swapped"] == {"GeGLUMLP": layers}
         assert r["weight_type_sharded"] == "DTensor", "fully_shard did not shard the MLP weights"
         # Ran: one fused MLP call per layer per step, on the full (gathered) weights.
-        assert r["fused_calls"]["geglu_mlp_call"] == layers * steps, r["fused_calls"]
+        assert r["fused_calls"]["mlp_layer_entry"] == layers * steps, r["fused_calls"]
         assert r["fused_gate_weights"] == [["Parameter", r["gate_full_shape"]]] * layers
         # The loss fell: the later steps compare models that trained.
         assert r["original"]["loss"][-1] < r["original"]["loss"][0]
@@ -178,7 +178,7 @@ def test_ddp_training_step_matches(tmp_path):
     layers = results[0]["layers"]
     for r in results:
         assert r["swapped"] == {"GeGLUMLP": layers}
-        assert r["fused_calls"]["geglu_mlp_call"] == layers, r["fused_calls"]
+        assert r["fused_calls"]["mlp_layer_entry"] == layers, r["fused_calls"]
         assert_same_training(r["kernelized"], r["original"], FLOAT32_TOL, f"rank {r['rank']}")
         errors = param_errors(r["param_diff"])
         assert max(errors.values()) < FLOAT32_TOL, max(errors.items(), key=lambda kv: kv[1])
@@ -209,7 +209,7 @@ def assert_fused_on_local_shards(calls: dict, gate_weights: dict, local_shape: l
     once, on plain tensors of this rank's shard (not DTensors, not gathered weights); no
     whole-MLP call (the down projection stays TP's, which reduces), and no separate
     activation (the GeGLU is in the fused call)."""
-    assert calls["geglu_linear"] == mlp_calls and calls["geglu_mlp_call"] == 0, calls
+    assert calls["geglu_linear"] == mlp_calls and calls["mlp_layer_entry"] == 0, calls
     assert calls["gelu_tanh"] == calls["gelu"] == 0, calls
     assert gate_weights["geglu_linear"] == [["Tensor", local_shape]] * mlp_calls, gate_weights
 
@@ -276,7 +276,7 @@ def test_tensor_parallel_mlp_route(case, tp_results):
             rows = [[65, 64], [64, 64]][rank] if case.startswith("uneven") else [64, 64]
             assert_fused_on_local_shards(calls, r["gate_weights"], rows, 1)
         else:
-            assert calls["geglu_linear"] == calls["geglu_mlp_call"] == 0, calls
+            assert calls["geglu_linear"] == calls["mlp_layer_entry"] == 0, calls
         if case == "grad":
             assert r["x_grad_err"] < FLOAT32_TOL
             assert max(r["grad_err"].values()) < FLOAT32_TOL, r["grad_err"]

@@ -1,4 +1,4 @@
-"""The README's pinning bullet ("Requirements and pinning"), run as a downstream user runs it.
+"""docs/REQUIREMENTS.md's "Pinning in a downstream project", run as a downstream user runs it.
 
 A downstream project (pyproject.toml with `[tool.kernels.dependencies] "org/geglu" = 1`)
 against this build laid out as the HF cache of org/geglu (tools.build's stage_cache), in
@@ -134,7 +134,7 @@ def test_the_guard_refuses_the_network(setup):
 
 
 def test_readme_commit_lookup(setup):
-    """The README's offline lookup: a `version=1` load's file lies in the HF cache
+    """The docs' offline lookup: a `version=1` load's file lies in the HF cache
     snapshot of the commit it loaded (here the branch head)."""
     out = run_python(
         setup,
@@ -323,7 +323,7 @@ def answer(request):
 huggingface_hub.set_client_factory(lambda: httpx2.Client(transport=httpx2.MockTransport(answer)))
 result = {}
 
-# The README's lookup of the commit.
+# The docs' lookup of the commit.
 from huggingface_hub import HfApi
 result["v1"] = [b.target_commit for b in HfApi().list_repo_refs("org/geglu", repo_type="kernel").branches
                 if b.name == "v1"]
@@ -341,7 +341,7 @@ print(json.dumps(result))
 
 
 def test_kernels_lock_fails_online_for_an_untrusted_publisher(setup, kernels_cli):
-    """Online (the Hub's answers mocked): the README's `list_repo_refs` lookup gives v1's
+    """Online (the Hub's answers mocked): the docs' `list_repo_refs` lookup gives v1's
     commit; `kernels lock .` refuses org/geglu after asking only about its publisher."""
     out = run_python(setup, MOCK_HUB, offline=False)
     assert out["v1"] == [setup["pinned"]]
@@ -353,12 +353,13 @@ def test_kernels_lock_fails_online_for_an_untrusted_publisher(setup, kernels_cli
     assert not (setup["project"] / "kernels.lock").exists()
 
 
-def test_readme_says_what_is_tested():
-    """The README's pinning bullet names the forms tested here."""
-    text = (REPO / "README.md").read_text()
-    start = text.index("- **Pinning in a downstream project**")
-    bullet = text[start : text.index("\n\n", start)]
-    flat = " ".join(bullet.split())
+def test_docs_say_what_is_tested():
+    """docs/REQUIREMENTS.md's pinning section names the forms tested here, and the README
+    points to it with the `revision=` form."""
+    text = (REPO / "docs" / "REQUIREMENTS.md").read_text()
+    start = text.index("## Pinning in a downstream project")
+    end = text.find("\n## ", start + 1)
+    flat = " ".join(text[start : end if end != -1 else len(text)].split())
     for form in (
         'get_kernel("org/geglu", revision=COMMIT, trust_remote_code=["org/geglu"])',
         'LayerRepository("org/geglu", layer_name="GeGLUMLP", revision=COMMIT, trust_remote_code=["org/geglu"])',
@@ -370,5 +371,7 @@ def test_readme_says_what_is_tested():
         '[tool.kernels.dependencies] "org/geglu" = 1',
         "tests/integration/test_pinning.py",
     ):
-        assert form in flat, f"the README's pinning bullet no longer says {form!r}"
+        assert form in flat, f"docs/REQUIREMENTS.md's pinning section no longer says {form!r}"
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "revision=COMMIT" in readme and "docs/REQUIREMENTS.md#pinning-in-a-downstream-project" in readme
     assert REPO_ID == "org/geglu"

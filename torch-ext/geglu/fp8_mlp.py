@@ -1,7 +1,7 @@
 """The block-scaled FP8 GeGLU MLP: `geglu_mlp_fp8`, for inference on FP8 weights in
 the layout of Transformers' FineGrainedFP8 (DeepSeek-V3 style) checkpoints.
 
-Semantics (the native kernels compute exactly this; `_geglu_mlp_fp8_composed` is the
+Semantics (the native kernels compute exactly this; `_composed_mlp_fp8` is the
 reference):
 
 - Weights are float8_e4m3fn in nn.Linear layout, w_gate / w_up [hidden, in] and
@@ -90,7 +90,7 @@ def _fake_quantize_rows(v: Tensor) -> Tensor:
     return _dequantize_rows(*quantize_rows_1x128(v))
 
 
-def _geglu_mlp_fp8_composed(
+def _composed_mlp_fp8(
     x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale, residual=None, approximate="tanh"
 ) -> Tensor:
     """geglu_mlp_fp8 in torch ops (any device): the weights dequantized to float32, the
@@ -264,4 +264,4 @@ def geglu_mlp_fp8(
             return ops._geglu_mlp_fp8.default(*(_dense(t) for t in args[:8]), approximate)
         except RuntimeError:
             _refused_by_dispatcher(_check_mlp_fp8, *args)
-    return _geglu_mlp_fp8_composed(*args)
+    return _composed_mlp_fp8(*args)

@@ -35,15 +35,21 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._tensor_parallel import local_gate_up
-from .activation import geglu_merged, gelu, gelu_tanh
-from .fp8_mlp import geglu_mlp_fp8
-from .linear import geglu_linear, geglu_mlp_call, linear_bias_gelu
+# The functional API, called through its defining modules (`_linear.geglu_linear`, ...):
+# this module's public names are its layer classes alone (`__all__`), and a test that
+# replaces a function in its module sees every layer call of it.
+from . import _tensor_parallel
+from . import activation as _activation
+from . import fp8_mlp as _fp8_mlp
+from . import linear as _linear
 
 # dtypes the kernels compute in (math in float32).
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _DENSE_TYPES = (nn.Parameter, torch.Tensor)
-_LINEAR, _LINEAR_FORWARD = nn.Linear, nn.Linear.forward
+# nn.Linear and its forward as globals: _linear_operands tests each module's class
+# against them, one global read each instead of a global and an attribute.
+_NNLinear = nn.Linear
+_nn_linear_forward = nn.Linear.forward
 
 
 # Transformers activation classes by the GELU they compute, matched by class name
@@ -99,8 +105,9 @@ def _linear_operands(x: torch.Tensor, *linears):
     DTensor or other subclass is not dense), and no autocast (under which nn.Linear would
     run in the autocast dtype). Else None.
 
-    This is most of a layer call's Python (docs/DESIGN.md, "Host time"), so it reads each module's state from its `__dict__` directly,
-    once, with no attribute lookups through the class (see _submodules)."""
+    This is most of a layer call's Python (docs/DESIGN.md, "Host time"), so it reads each
+    module's state from its `__dict__` directly, once, with no attribute lookups through
+    the class (see _submodules)."""
     # x.is_cuda first: x.device builds a torch.device object on every read.
     dtype = x.dtype
     if dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
@@ -109,7 +116,7 @@ def _linear_operands(x: torch.Tensor, *linears):
     for m in linears:
         kind = type(m)
         # nn.Linear itself first: one identity test where a subclass takes two.
-        if kind is not _LINEAR and not (issubclass(kind, _LINEAR) and kind.forward is _LINEAR_FORWARD):
+        if kind is not _NNLinear and not (issubclass(kind, _NNLinear) and kind.forward is _nn_linear_forward):
             return None
         state = m.__dict__
         if state["_forward_hooks"] or state["_forward_pre_hooks"] or "forward" in state:
@@ -205,16 +212,16 @@ def _gated_gelu_mlp(x: torch.Tensor, gate, up, down, act, dropout=None) -> torch
         operands = _linear_operands(x, gate, up, down)
         if operands is not None:
             w_gate, b_gate, w_up, b_up, w_down, b_down = operands
-            return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, None, approximate)
+            return _linear.mlp_layer_entry(x, w_gate, w_up, w_down, b_gate, b_up, b_down, None, approximate)
         # Blocks with a dropout (T5) are not served: T5 casts h to `wo`'s weight dtype,
         # which for an FP8Linear `wo` would be float8 (Transformers keeps T5's wo unquantized).
         fp8 = _fp8_operands(x, gate, up, down) if dropout is None else None
         if fp8 is not None:
-            return geglu_mlp_fp8(x, *fp8, None, approximate)
+            return _fp8_mlp.geglu_mlp_fp8(x, *fp8, None, approximate)
     gate_up = _linear_operands(x, gate, up)
     if gate_up is not None:
         w_gate, b_gate, w_up, b_up = gate_up
-        h = geglu_linear(x, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
+        h = _linear.geglu_linear(x, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
     else:
         # Tensor parallelism: gate/up column-sharded by a plan we know compute this rank's
         # shard of h on their local weights (the fused GEMM, no gather); `down`, called
@@ -224,7 +231,7 @@ def _gated_gelu_mlp(x: torch.Tensor, gate, up, down, act, dropout=None) -> torch
             h = act(gate(x)) * up(x)
         else:
             x_local, w_gate, w_up, b_gate, b_up = local
-            h = geglu_linear(x_local, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
+            h = _linear.geglu_linear(x_local, w_gate, w_up, b_gate=b_gate, b_up=b_up, approximate=approximate)
     return _dropout_down(h, down, dropout)
 
 
@@ -234,7 +241,7 @@ def _tensor_parallel_gate_up(x: torch.Tensor, gate, up):
     route did not serve, so plain weights pay nothing for it."""
     if x.dtype not in _KERNEL_DTYPES or torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
         return None
-    return local_gate_up(x, gate, up)
+    return _tensor_parallel.local_gate_up(x, gate, up)
 
 
 def _dropout_down(h: torch.Tensor, down, dropout) -> torch.Tensor:
@@ -291,7 +298,7 @@ class GeluTanh(nn.Module):
         # The kernels take a row-strided matrix; activations in a model are contiguous
         # already, so this is a copy only for unusual layouts.
         x = x.contiguous()
-        return gelu_tanh(torch.empty_like(x), x)
+        return _activation.gelu_tanh(torch.empty_like(x), x)
 
 
 class Gelu(nn.Module):
@@ -306,7 +313,7 @@ class Gelu(nn.Module):
         if not _kernel_serves_activation(x):
             return F.gelu(x)
         x = x.contiguous()
-        return gelu(torch.empty_like(x), x)
+        return _activation.gelu(torch.empty_like(x), x)
 
 
 class GeluTanhAndMul(nn.Module):
@@ -318,7 +325,7 @@ class GeluTanhAndMul(nn.Module):
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return geglu_merged(x, approximate="tanh")
+        return _activation.geglu_merged(x, approximate="tanh")
 
 
 class GeluAndMul(nn.Module):
@@ -329,7 +336,7 @@ class GeluAndMul(nn.Module):
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return geglu_merged(x, approximate="none")
+        return _activation.geglu_merged(x, approximate="none")
 
 
 # --------------------------------------------------------------------------- blocks
@@ -392,7 +399,7 @@ class BiasGeluIntermediate(nn.Module):
         if operands is None:
             return act(dense(hidden_states))
         weight, bias = operands
-        return linear_bias_gelu(hidden_states, weight, bias, approximate=approximate)
+        return _linear.linear_bias_gelu(hidden_states, weight, bias, approximate=approximate)
 
 
 __all__ = [

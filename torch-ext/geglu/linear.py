@@ -25,6 +25,10 @@ torch.compile with gradients and calls that need gradients take:
     geglu_mlp          geglu_linear's routes, then the down projection on cuBLAS with its
                        bias and the residual (`_down_proj`).
 
+The MLP's names: `geglu_mlp` (public) checks the operands' types and calls
+`mlp_layer_entry` (also the layers' entry), which calls the native op `_geglu_mlp` (with
+gradients `_GegluMlpTrain`) or the Python composition `_composed_mlp`.
+
 Merged gate/up weight: w_up=None means w_gate is [2*hidden, in] with the gate rows
 first (a fused gate_up_proj), read in place; its bias is then either merged (b_gate
 of [2*hidden], b_up None) or split. `_split_gate_up` turns that into separate views.
@@ -194,7 +198,7 @@ if _NATIVE_MLP_DEVICE_TYPES:
 # `_geglu_mlp_backward`. A plain autograd.Function, not torch.library.register_autograd
 # on the op: the library's wrapper cost ~100 us more host time per forward
 # (docs/DESIGN.md, "Alternatives that lost"). Only eager calls
-# that need a gradient take it (geglu_mlp_call; torch.compile differentiates the
+# that need a gradient take it (mlp_layer_entry; torch.compile differentiates the
 # composition): `_geglu_mlp` has no autograd kernel, which every inference call would
 # pay (docs/DESIGN.md, "Stable ABI").
 
@@ -245,7 +249,7 @@ def _differentiable_mlp_backward(grad, need, x, w_gate, w_up, w_down, b_gate, b_
     differentiated by autograd, which records that graph. b_down and the residual add to
     the output, so their gradients are grad's, whatever their values."""
     wrt = [t for t, n in zip((x, w_gate, w_up, w_down, b_gate, b_up), need) if n]
-    y = _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, None, None, approximate)
+    y = _composed_mlp(x, w_gate, w_up, w_down, b_gate, b_up, None, None, approximate)
     grads = iter(torch.autograd.grad(y, wrt, grad, create_graph=True))
     first = [next(grads) if n else None for n in need[:6]]
     b_down_grad = grad.reshape(-1, grad.shape[-1]).sum(0) if need[6] else None
@@ -413,15 +417,15 @@ def geglu_mlp(
     b_gate, b_up, b_down = biases
     # all_plain passes None (the optional arguments); a None weight takes the checked route.
     if w_gate is None or w_down is None or not all_plain(w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
-        return _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
-    return geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+        return _composed_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+    return mlp_layer_entry(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
 
 
-def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
+def mlp_layer_entry(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
     """geglu_mlp with the biases as arguments, for weights, biases and a residual that
     are plain tensors or None: the layers' entry (their _linear_operands checked the
     types; geglu_mlp checks them with all_plain). Every check here is one a layer call
-    pays on the host (issue 15: <= 15 us a call), so only x and approximate are checked,
+    pays on the host (docs/DESIGN.md, "Host time"), so only x and approximate are checked,
     and the requires-grad loop runs only in grad mode (not under no_grad / inference)."""
     if _native_x(x, approximate):
         try:
@@ -435,7 +439,7 @@ def geglu_mlp_call(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appr
                 return _GegluMlpTrain.apply(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
         except RuntimeError:
             _refused_by_dispatcher(_check_mlp, x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
-    return _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+    return _composed_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
 
 
 def _refused_by_dispatcher(check, *args) -> None:
@@ -446,7 +450,7 @@ def _refused_by_dispatcher(check, *args) -> None:
     raise
 
 
-def _geglu_mlp_composed(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
+def _composed_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> Tensor:
     """geglu_mlp from the package's Python routes (torch's GEMMs or the fused gate/up
     GEMM, then the down GEMM): where the native op does not serve, and for tensor
     subclasses, whose checks and dispatch happen here."""

@@ -289,9 +289,9 @@ def _rows(name: str, t: torch.Tensor):
     return layout
 
 
-def _approximate_tanh(approximate: str) -> bool:
+def _is_tanh(approximate: str) -> bool:
     if approximate not in ("tanh", "none"):
-        raise ValueError(f"approximate must be 'tanh' or 'none', got {approximate!r}")
+        raise ValueError(f"approximate must be one of ('tanh', 'none'), got {approximate!r}")
     return approximate == "tanh"
 
 
@@ -312,7 +312,7 @@ def _launch(kernel, tensors, rows: int, width: int, strides, **constexprs) -> No
 
 def geglu_forward(out: torch.Tensor, gate: torch.Tensor, up, approximate: str) -> torch.Tensor:
     """out = gelu(gate) * up (up=None: out = gelu(gate)). All row-strided, one shape."""
-    tanh = _approximate_tanh(approximate)
+    tanh = _is_tanh(approximate)
     rows, width, gate_stride = _rows("gate", gate)
     _, _, out_stride = _rows("out", out)
     up_stride = gate_stride if up is None else _rows("up", up)[2]
@@ -333,7 +333,7 @@ def geglu_backward(
     approximate: str,
 ) -> None:
     """grad_gate = grad_out * up * gelu'(gate); grad_up = grad_out * gelu(gate)."""
-    tanh = _approximate_tanh(approximate)
+    tanh = _is_tanh(approximate)
     named = (("grad_out", grad_out), ("gate", gate), ("up", up), ("grad_gate", grad_gate), ("grad_up", grad_up))
     rows, width, _ = _rows("gate", gate)
     strides = [_rows(n, t)[2] for n, t in named]

@@ -67,7 +67,7 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 @triton.jit
 def _geglu_epilogue(
     acc_g, acc_u, offs_m, offs_n, M, N, b_gate_ptr, b_up_ptr, out_ptr, stride_om,
-    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, APPROX_TANH: tl.constexpr,
+    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, APPROXIMATE_TANH: tl.constexpr,
 ):  # fmt: skip
     """gelu(acc_g + b_gate) * (acc_u + b_up) for the float32 tile at rows offs_m,
     columns offs_n; row/column tails masked here."""
@@ -76,7 +76,7 @@ def _geglu_epilogue(
         acc_g = acc_g + tl.load(b_gate_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     if HAS_BIAS_UP:
         acc_u = acc_u + tl.load(b_up_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-    y = _gelu(acc_g, APPROX_TANH) * acc_u
+    y = _gelu(acc_g, APPROXIMATE_TANH) * acc_u
     mask = (offs_m < M)[:, None] & mask_n[None, :]
     out = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
     tl.store(out, y.to(out_ptr.dtype.element_ty), mask=mask)
@@ -86,7 +86,7 @@ def _geglu_epilogue(
 def _geglu_tile_kernel(
     x_ptr, wg_ptr, wu_ptr, ws_ptr, split_k, M, N, K, stride_xm, stride_wgn, stride_wun, stride_ws_split, stride_ws_acc,
     b_gate_ptr, b_up_ptr, out_ptr, stride_om,
-    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, APPROX_TANH: tl.constexpr,
+    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, APPROXIMATE_TANH: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PARTIALS: tl.constexpr,  # split_k > 1: write float32 partials, the reduce kernel finishes
     EVEN_K: tl.constexpr,
@@ -136,14 +136,14 @@ def _geglu_tile_kernel(
     else:
         _geglu_epilogue(
             acc_g, acc_u, offs_m, offs_n, M, N, b_gate_ptr, b_up_ptr, out_ptr, stride_om,
-            HAS_BIAS_GATE, HAS_BIAS_UP, APPROX_TANH,
+            HAS_BIAS_GATE, HAS_BIAS_UP, APPROXIMATE_TANH,
         )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["M", "split_k", "stride_ws_split", "stride_ws_acc"])
 def _geglu_splitk_reduce_kernel(
     ws_ptr, split_k, stride_ws_split, stride_ws_acc, M, N, b_gate_ptr, b_up_ptr, out_ptr, stride_om,
-    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, APPROX_TANH: tl.constexpr,
+    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, APPROXIMATE_TANH: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -158,14 +158,14 @@ def _geglu_splitk_reduce_kernel(
         ws += stride_ws_split
     _geglu_epilogue(
         acc_g, acc_u, offs_m, offs_n, M, N, b_gate_ptr, b_up_ptr, out_ptr, stride_om,
-        HAS_BIAS_GATE, HAS_BIAS_UP, APPROX_TANH,
+        HAS_BIAS_GATE, HAS_BIAS_UP, APPROXIMATE_TANH,
     )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["M"])
 def _geglu_tma_kernel(
     x_desc, wg_desc, wu_desc, M, N, K, b_gate_ptr, b_up_ptr, out_ptr, stride_om,
-    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, APPROX_TANH: tl.constexpr,
+    HAS_BIAS_GATE: tl.constexpr, HAS_BIAS_UP: tl.constexpr, APPROXIMATE_TANH: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr,
 ):  # fmt: skip
@@ -194,7 +194,7 @@ def _geglu_tma_kernel(
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         _geglu_epilogue(
             acc_g, acc_u, offs_m, offs_n, M, N, b_gate_ptr, b_up_ptr, out_ptr, stride_om,
-            HAS_BIAS_GATE, HAS_BIAS_UP, APPROX_TANH,
+            HAS_BIAS_GATE, HAS_BIAS_UP, APPROXIMATE_TANH,
         )  # fmt: skip
 
 
@@ -321,7 +321,7 @@ def geglu_forward(x, w_gate, w_up, b_gate, b_up, approximate: str, config: Optio
     if out is None:
         out = torch.empty((m, n), device=x.device, dtype=x.dtype)
     cfg = select_config(x, w_gate, w_up, config)
-    flags = dict(HAS_BIAS_GATE=b_gate is not None, HAS_BIAS_UP=b_up is not None, APPROX_TANH=approximate == "tanh")
+    flags = dict(HAS_BIAS_GATE=b_gate is not None, HAS_BIAS_UP=b_up is not None, APPROXIMATE_TANH=approximate == "tanh")
     epilogue_args = (b_gate, b_up, out, out.stride(0))
     # Triton launches on the current device; switch only when the tensors live elsewhere.
     on_other_gpu = x.device.type == "cuda" and x.device.index != torch.cuda.current_device()
