@@ -44,9 +44,9 @@ LayoutSFB weight_scale_layout(int N, int K) {
 
 // ------------------------------------------------------------------ gate/up + GeGLU + quantize h
 // BM rows x (128 gate + 128 up) columns per tile; m64n128k32 wgmmas, one warp group per 64
-// rows: Cooperative (BM = 128, two warp groups on one tile) or Pingpong (BM = 64, the
-// two warp groups on alternate tiles, one's epilogue under the other's mainloop).
-template <int BM, class KernelSchedule, int Stages>
+// rows: Cooperative (BM = 128, two warp groups on one tile) or Pingpong (BM = 64, the two
+// warp groups on alternate tiles, one's epilogue under the other's mainloop).
+template <int BM, class KernelSchedule, int Stages, class TileScheduler = cutlass::gemm::PersistentScheduler>
 struct GateUpGemm {
   using TileShape = Shape<Int<BM>, _256, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -65,7 +65,7 @@ struct GateUpGemm {
   using Epilogue = Fp8GegluEpilogue<128>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
+                                                      TileScheduler>;
 };
 
 // 4 stages of 16 KB A + 32 KB B (+ scales); 5 of 8 + 32 KB.
@@ -88,9 +88,9 @@ struct GateUpArgs {  // the params-cache key: zeroed, padding included, before i
 };
 
 template <class Gemm>
-int run_gate_up(GateUpArgs const& a, int device, int sm_count, cudaStream_t stream) {
+auto gate_up_arguments(int device, int sm_count) {
   using Kernel = typename Gemm::Kernel;
-  auto make_arguments = [device, sm_count](GateUpArgs const& a) {
+  return [device, sm_count](GateUpArgs const& a) {
     typename Kernel::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
@@ -115,11 +115,16 @@ int run_gate_up(GateUpArgs const& a, int device, int sm_count, cudaStream_t stre
     args.hw_info.sm_count = sm_count;
     return args;
   };
-  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, GateUpArgs>::run(a, device, stream, make_arguments));
+}
+
+template <class Gemm>
+int run_gate_up(GateUpArgs const& a, int device, int sm_count, cudaStream_t stream) {
+  using Runner = sm90_launcher::Runner<typename Gemm::Kernel, 1, 1, GateUpArgs>;
+  return sm90_launcher::status_of(Runner::run(a, device, stream, gate_up_arguments<Gemm>(device, sm_count)));
 }
 
 // ------------------------------------------------------------------ down (+ residual)
-template <class Element>
+template <class Element, class TileScheduler = cutlass::gemm::PersistentScheduler>
 struct Down {
   using TileShape = Shape<_128, _128, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -139,7 +144,7 @@ struct Down {
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       Schedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
+                                                      TileScheduler>;
 };
 
 struct DownArgs {  // the params-cache key
@@ -151,12 +156,14 @@ struct DownArgs {  // the params-cache key
   int64_t N;
   const void* residual;
   void* out;
+  void* workspace;  // stream-K kernels only
 };
 
-template <class Element>
-int run_down(DownArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Kernel = typename Down<Element>::Kernel;
-  auto make_arguments = [device, sm_count](DownArgs const& a) {
+template <class Gemm>
+auto down_arguments(int device, int sm_count) {
+  using Kernel = typename Gemm::Kernel;
+  using Element = typename Kernel::ElementD;
+  return [device, sm_count](DownArgs const& a) {
     typename Kernel::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     args.problem_shape = make_shape(int(a.M), int(a.N), int(a.H), 1);
@@ -183,8 +190,24 @@ int run_down(DownArgs const& a, int device, int sm_count, cudaStream_t stream) {
     args.hw_info.sm_count = sm_count;
     return args;
   };
-  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, DownArgs>::run(a, device, stream, make_arguments));
 }
+
+template <class Gemm>
+int run_down(DownArgs const& a, int device, int sm_count, cudaStream_t stream) {
+  using Runner = sm90_launcher::Runner<typename Gemm::Kernel, 1, 1, DownArgs>;
+  return sm90_launcher::status_of(Runner::run(a, device, stream, down_arguments<Gemm>(device, sm_count), a.workspace));
+}
+
+// The routes by token count (H100, 2026-11-27, check_fp8_mlp_h100.log): at up to
+// kDecodeTokens, a weight read, the gate/up on Pingpong's 64-row tiles (Gemma-7B, 16
+// tokens: 72.9 us against Cooperative's 78.5 and stream-K's 81.1) and the down projection
+// stream-K (56.6 against 79.9: its 128-column tiles are 24 for 132 SMs, so K is split
+// across CTAs and the last of a tile sums the partials); above, Cooperative tiles (1116
+// against Pingpong's 1449 at Gemma-7B, 4096 tokens: its 64-row tiles read the weights
+// twice as often) and a data-parallel down projection.
+constexpr int64_t kDecodeTokens = 64;
+template <class Element>
+using DownStreamK = Down<Element, cutlass::gemm::StreamKScheduler>;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 bool aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3u) == 0; }
@@ -192,6 +215,19 @@ bool size_ok(int64_t v) { return v >= 128 && v % 128 == 0 && v < (int64_t(1) << 
 bool ld_ok(int64_t ld, int64_t M) { return ld >= M && ld % 4 == 0 && ld < (int64_t(1) << 31); }
 
 }  // namespace fp8_sm90
+
+extern "C" int64_t geglu_fp8_sm90_workspace_bytes(int64_t M, int64_t H, int64_t N) {
+  using namespace fp8_sm90;
+  if (M > kDecodeTokens || M <= 0) return 0;
+  int device = 0;
+  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return 0;
+  DownArgs d;
+  std::memset(&d, 0, sizeof(d));
+  d.M = M; d.H = H; d.N = N; d.ld_sh = (M + 3) / 4 * 4;
+  return int64_t(sm90_launcher::Runner<DownStreamK<cutlass::bfloat16_t>::Kernel, 1, 1, DownArgs>::workspace_bytes(
+      d, down_arguments<DownStreamK<cutlass::bfloat16_t>>(device, info->sm_count)));
+}
 
 extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
                                       const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
@@ -213,23 +249,20 @@ extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t l
   a.xq = xq; a.sx = sx; a.ld_sx = ld_sx; a.M = M; a.K = K;
   a.wg = wg; a.sg = sg; a.wu = wu; a.su = su; a.H = H;
   a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.approximate = approximate ? 1 : 0;
-  // Pingpong's 64-row tiles at up to 64 tokens (weight streaming: half the wasted MMA
-  // rows, 81 against 96 us at Gemma-7B, 16 tokens, H100), Cooperative's 128 above (1146
-  // against 1398 us at 4096 tokens); both give the same bytes.
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return M <= 64 ? run_gate_up<GateUpPingpong>(a, device, info->sm_count, s)
-                 : run_gate_up<GateUpCooperative>(a, device, info->sm_count, s);
+  return M <= kDecodeTokens ? run_gate_up<GateUpPingpong>(a, device, info->sm_count, s)
+                            : run_gate_up<GateUpCooperative>(a, device, info->sm_count, s);
 }
 
 extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
                                    const void* wd, const float* sd, int64_t N, const void* residual, void* out,
-                                   int dtype, void* stream) {
+                                   int dtype, void* workspace, void* stream) {
   using namespace fp8_sm90;
   if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
   if (M < 0 || M >= (int64_t(1) << 31) || !size_ok(H) || !size_ok(N) || !ld_ok(ld_sh, M)) return GEGLU_SM90_ERR_SHAPE;
   if (M == 0) return GEGLU_SM90_OK;
   if (!aligned16(hq) || !aligned16(wd) || !aligned16(out) || !aligned16(sh) || !aligned4(sd) ||
-      (residual != nullptr && !aligned16(residual))) {
+      (residual != nullptr && !aligned16(residual)) || !aligned16(workspace)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
   int device = 0;
@@ -240,6 +273,12 @@ extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_s
   a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.M = M; a.H = H;
   a.wd = wd; a.sd = sd; a.N = N; a.residual = residual; a.out = out;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return dtype == GEGLU_SM90_BF16 ? run_down<cutlass::bfloat16_t>(a, device, info->sm_count, s)
-                                  : run_down<cutlass::half_t>(a, device, info->sm_count, s);
+  const bool bf16 = dtype == GEGLU_SM90_BF16;
+  if (M <= kDecodeTokens) {
+    a.workspace = workspace;
+    return bf16 ? run_down<DownStreamK<cutlass::bfloat16_t>>(a, device, info->sm_count, s)
+                : run_down<DownStreamK<cutlass::half_t>>(a, device, info->sm_count, s);
+  }
+  return bf16 ? run_down<Down<cutlass::bfloat16_t>>(a, device, info->sm_count, s)
+              : run_down<Down<cutlass::half_t>>(a, device, info->sm_count, s);
 }

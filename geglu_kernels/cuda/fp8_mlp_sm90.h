@@ -30,6 +30,11 @@ extern "C" {
 int geglu_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, int64_t K, int dtype, void* q, float* s,
                             int64_t ld_s, void* stream);
 
+// Bytes of device workspace (16-byte aligned) the down GEMM below needs for these sizes on
+// the current device: at up to 64 tokens it runs stream-K, whose partial sums and flags
+// live there; 0 above (pass NULL).
+int64_t geglu_fp8_sm90_workspace_bytes(int64_t M, int64_t H, int64_t N);
+
 // hq[M, H], sh = quantize_1x128(gelu(deq(xq) @ deq(wg)^T) * (deq(xq) @ deq(wu)^T)):
 // per row and 128-column group of h, scale = amax / 448 (1 where amax is 0), hq = e4m3(h *
 // (1 / scale)) rounded to nearest even, saturating (the product is the quotient h / scale
@@ -42,7 +47,7 @@ int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64
 // fp16; residual of that dtype, contiguous, or NULL.
 int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
                         const void* wd, const float* sd, int64_t N, const void* residual, void* out,
-                        int dtype, void* stream);
+                        int dtype, void* workspace, void* stream);
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,8 @@
 // - fused_fp8_mlp (_geglu_mlp_fp8): on sm_90 (fp8_mlp_served), x quantized per 1x128 group
 //   (fp8_quantize_rows.cu), the block-scaled FP8 gate/up GEMM with the GeGLU and h's
 //   quantization in its epilogue, the block-scaled down GEMM with the residual
-//   (fp8_mlp_sm90.cu); elsewhere the Python function runs its dequantizing composite.
+//   (fp8_mlp_sm90.cu; stream-K at up to 64 tokens, its workspace in the one allocation);
+//   elsewhere the Python function runs its dequantizing composite.
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) above 128 tokens, where it beats cuBLAS(Lt) with either GELU;
 //   cuBLAS up to M = 128.
@@ -315,7 +316,8 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
   const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4), hq_bytes = up16(m * hidden);
   const int64_t sh_bytes = up16(hidden / 128 * ld * 4);
-  const int64_t total = xq_bytes + sx_bytes + hq_bytes + sh_bytes;
+  const int64_t ws_bytes = up16(geglu_fp8_sm90_workspace_bytes(m, hidden, n));  // the down GEMM's stream-K
+  const int64_t total = xq_bytes + sx_bytes + hq_bytes + sh_bytes + ws_bytes;
   const int64_t size[1] = {total / static_cast<int64_t>(x.element_size())};
   Tensor buffer = device::empty(IntArrayRef(size, 1), x);
   char *base = static_cast<char *>(buffer.data_ptr());
@@ -323,6 +325,7 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   float *sx = reinterpret_cast<float *>(base + xq_bytes);
   void *hq = base + xq_bytes + sx_bytes;
   float *sh = reinterpret_cast<float *>(base + xq_bytes + sx_bytes + hq_bytes);
+  void *workspace = ws_bytes > 0 ? base + xq_bytes + sx_bytes + hq_bytes + sh_bytes : nullptr;
   void *stream = geglu_cuda::current_stream(x);
   const int dtype = sm90_dtype(x);
   check_status(op, geglu_fp8_quantize_rows(x.data_ptr(), k, m, k, dtype, xq, sx, ld, stream));
@@ -332,7 +335,7 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
                                           stream));
   check_status(op, geglu_fp8_sm90_down(hq, sh, ld, m, hidden, w_down.data_ptr(),
                                        static_cast<const float *>(w_down_scale.data_ptr()), n, ptr_or_null(residual),
-                                       y.data_ptr(), dtype, stream));
+                                       y.data_ptr(), dtype, workspace, stream));
   return y;
 }
 

@@ -75,7 +75,10 @@ namespace {
 
 // Launches Kernel for `args` (a trivially copyable key, compared bytewise: zero it,
 // padding included, before filling it in). make_arguments(args) -> Kernel::Arguments
-// is called only on a cache miss. Kernels that need a workspace are rejected. A
+// is called only on a cache miss. A kernel that needs a workspace (stream-K's partial
+// sums and flags) gets `workspace`, which the caller sized with workspace_bytes() and
+// which belongs in the key; it is initialized on the stream before each launch. Without
+// one such a kernel is rejected. A
 // Cooperative kernel (one whose CTAs wait on each other) is launched only with every
 // CTA resident at once: else CUDA refuses the launch (cudaErrorCooperativeLaunchTooLarge).
 template <class Kernel, int ClusterM, int ClusterN, class LaunchArgs, bool Cooperative = false>
@@ -88,10 +91,18 @@ struct Runner {
     int device = -1;
     LaunchArgs args{};
     Params params{};
+    typename Kernel::Arguments kernel_args{};
+    size_t workspace_bytes = 0;
   };
 
   template <class MakeArguments>
-  static Launch run(LaunchArgs const& a, int device, cudaStream_t stream, MakeArguments&& make_arguments) {
+  static size_t workspace_bytes(LaunchArgs const& a, MakeArguments&& make_arguments) {
+    return Kernel::get_workspace_size(make_arguments(a));
+  }
+
+  template <class MakeArguments>
+  static Launch run(LaunchArgs const& a, int device, cudaStream_t stream, MakeArguments&& make_arguments,
+                    void* workspace = nullptr) {
     static std::atomic<bool> attr_set[kMaxDevices];
     static std::mutex mu;
     static Entry cache[kCache];
@@ -109,22 +120,27 @@ struct Runner {
     }
 
     Params params;
+    typename Kernel::Arguments kernel_args{};
+    size_t ws_bytes = 0;
     bool hit = false;
     {
       std::lock_guard<std::mutex> lock(mu);
       for (auto& e : cache) {
         if (e.valid && e.device == device && std::memcmp(&e.args, &a, sizeof(LaunchArgs)) == 0) {
           params = e.params;
+          kernel_args = e.kernel_args;
+          ws_bytes = e.workspace_bytes;
           hit = true;
           break;
         }
       }
     }
     if (!hit) {
-      typename Kernel::Arguments args = make_arguments(a);
-      if (!Kernel::can_implement(args)) return Launch::kRejected;
-      if (Kernel::get_workspace_size(args) != 0) return Launch::kRejected;
-      params = Kernel::to_underlying_arguments(args, nullptr);
+      kernel_args = make_arguments(a);
+      if (!Kernel::can_implement(kernel_args)) return Launch::kRejected;
+      ws_bytes = Kernel::get_workspace_size(kernel_args);
+      if (ws_bytes != 0 && workspace == nullptr) return Launch::kRejected;
+      params = Kernel::to_underlying_arguments(kernel_args, workspace);
       std::lock_guard<std::mutex> lock(mu);
       Entry& e = cache[next_slot];
       next_slot = (next_slot + 1) % kCache;
@@ -132,6 +148,13 @@ struct Runner {
       e.device = device;
       e.args = a;
       e.params = params;
+      e.kernel_args = kernel_args;
+      e.workspace_bytes = ws_bytes;
+    }
+    if (ws_bytes != 0 &&
+        Kernel::initialize_workspace(kernel_args, workspace, stream) != cutlass::Status::kSuccess) {
+      record_cuda_error(cudaGetLastError());
+      return Launch::kCudaError;
     }
 
     cudaLaunchConfig_t cfg{};

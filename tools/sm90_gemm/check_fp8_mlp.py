@@ -28,8 +28,11 @@ lib = ctypes.CDLL(os.path.join(ROOT, ".sm90dev", "libfp8_mlp_sm90.so"))
 P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 lib.geglu_fp8_quantize_rows.argtypes = [P, I64, I64, I64, I, P, P, I64, P]
 lib.geglu_fp8_sm90_gate_up.argtypes = [P, P, I64, I64, I64, P, P, P, P, I64, P, P, I64, I, P]
-lib.geglu_fp8_sm90_down.argtypes = [P, P, I64, I64, I64, P, P, I64, P, P, I, P]
-lib.geglu_fp8_sm90_gate_up_variant.argtypes = [I] + lib.geglu_fp8_sm90_gate_up.argtypes
+lib.geglu_fp8_sm90_down.argtypes = [P, P, I64, I64, I64, P, P, I64, P, P, I, P, P]
+lib.geglu_fp8_sm90_workspace_bytes.argtypes = [I64, I64, I64]
+lib.geglu_fp8_sm90_workspace_bytes.restype = I64
+lib.geglu_fp8_sm90_gate_up_variant.argtypes = [I] + lib.geglu_fp8_sm90_gate_up.argtypes[:-1] + [P, P]
+lib.geglu_fp8_sm90_down_variant.argtypes = [I, P, P, I64, I64, I64, P, P, I64, P, P, P, P]
 
 
 def stream():
@@ -83,6 +86,8 @@ class Fp8Mlp:
         self.hq = torch.empty(M, H, device="cuda", dtype=E4M3)
         self.sh = torch.empty(H // 128, self.ld, device="cuda")
         self.out = torch.empty(M, d, device="cuda", dtype=dtype)
+        ws = max(lib.geglu_fp8_sm90_workspace_bytes(M, H, d), 64 << 20)  # the variants run stream-K at any M
+        self.ws = torch.empty(ws, device="cuda", dtype=torch.uint8)
 
     def run(self, residual=None, approximate=1):
         s = stream()
@@ -97,7 +102,8 @@ class Fp8Mlp:
         assert st == 0, f"gate_up status {st}"
         st = lib.geglu_fp8_sm90_down(self.hq.data_ptr(), self.sh.data_ptr(), self.ld, self.M, self.H,
                                      self.wd.data_ptr(), self.sd.data_ptr(), self.d,
-                                     None if residual is None else residual.data_ptr(), self.out.data_ptr(), dt, s)
+                                     None if residual is None else residual.data_ptr(), self.out.data_ptr(), dt,
+                                     self.ws.data_ptr(), s)
         assert st == 0, f"down status {st}"
         return self.out
 
@@ -151,21 +157,44 @@ def check(M, d, H, residual=False, approximate=1, dtype=torch.bfloat16):
                 h_bytes_differ=hq_diff, ok=bool(ok))
 
 
-def check_pingpong(M, d, H):
-    """The Pingpong gate/up against the Cooperative one: the same h, byte for byte up to
-    the accumulation order (both promote per 128-deep block in the same order)."""
+def gate_up_variant(m, variant):
+    return lib.geglu_fp8_sm90_gate_up_variant(variant, m.xq.data_ptr(), m.sx.data_ptr(), m.ld, m.M, m.d,
+                                              m.wg.data_ptr(), m.sg.data_ptr(), m.wu.data_ptr(), m.su.data_ptr(), m.H,
+                                              m.hq.data_ptr(), m.sh.data_ptr(), m.ld, 1, m.ws.data_ptr(), stream())
+
+
+def down_variant(m, variant):
+    return lib.geglu_fp8_sm90_down_variant(variant, m.hq.data_ptr(), m.sh.data_ptr(), m.ld, m.M, m.H,
+                                           m.wd.data_ptr(), m.sd.data_ptr(), m.d, None, m.out.data_ptr(),
+                                           m.ws.data_ptr(), stream())
+
+
+def check_variants(M, d, H):
+    """Each gate/up variant's h against the Cooperative one's (the same bytes but for a
+    rare one-step difference where an accumulation order differs), and the stream-K down
+    projection against the data-parallel one."""
     m = Fp8Mlp(M, d, H)
     m.run()
-    hq, sh = m.hq.clone(), m.sh.clone()
-    m.hq.fill_(float("nan"))
-    st = lib.geglu_fp8_sm90_gate_up_variant(1, m.xq.data_ptr(), m.sx.data_ptr(), m.ld, M, d, m.wg.data_ptr(),
-                                            m.sg.data_ptr(), m.wu.data_ptr(), m.su.data_ptr(), H, m.hq.data_ptr(),
-                                            m.sh.data_ptr(), m.ld, 1, stream())
+    assert gate_up_variant(m, 0) == 0 and down_variant(m, 0) == 0  # the reference: Cooperative, data-parallel
     torch.cuda.synchronize()
-    same = (m.hq.view(torch.uint8) == hq.view(torch.uint8)).float().mean().item()
-    log(f"pingpong vs cooperative M={M} d={d} H={H}: status {st}, h bytes equal {same:.6f}, "
-        f"scales equal {(m.sh[:, :M] == sh[:, :M]).float().mean().item():.6f}")
-    return dict(M=M, d=d, H=H, equal=same, ok=bool(st == 0 and same > 0.999))
+    hq, sh, y = m.hq.clone(), m.sh.clone(), m.out.clone()
+    res = {}
+    for variant, name in ((1, "pingpong"), (2, "stream-K")):
+        m.hq.fill_(float("nan"))
+        st = gate_up_variant(m, variant)
+        torch.cuda.synchronize()
+        res[name] = (m.hq.view(torch.uint8) == hq.view(torch.uint8)).float().mean().item()
+        assert st == 0, (name, st)
+    m.hq.copy_(hq)
+    m.sh.copy_(sh)
+    m.out.fill_(float("nan"))
+    st = down_variant(m, 1)
+    torch.cuda.synchronize()
+    down_err = rel(m.out, y.double())
+    ok = st == 0 and res["pingpong"] > 0.999 and res["stream-K"] > 0.999 and down_err < 1e-2
+    log(f"variants M={M} d={d} H={H}: h bytes equal to cooperative's: pingpong {res['pingpong']:.6f}, "
+        f"stream-K {res['stream-K']:.6f}; stream-K down vs data-parallel {down_err:.2e} -> {'ok' if ok else 'FAIL'}")
+    return dict(M=M, d=d, H=H, **res, down_err=down_err, ok=bool(ok))
 
 
 def edge_rows():
@@ -222,18 +251,28 @@ def bench(M, d, H):
 
     def down():
         lib.geglu_fp8_sm90_down(m.hq.data_ptr(), m.sh.data_ptr(), m.ld, M, H, m.wd.data_ptr(), m.sd.data_ptr(), d,
-                                None, m.out.data_ptr(), dt, s)
+                                None, m.out.data_ptr(), dt, m.ws.data_ptr(), s)
 
     def gate_up_pingpong():
-        st = lib.geglu_fp8_sm90_gate_up_variant(1, m.xq.data_ptr(), m.sx.data_ptr(), m.ld, M, d, m.wg.data_ptr(),
-                                                m.sg.data_ptr(), m.wu.data_ptr(), m.su.data_ptr(), H, m.hq.data_ptr(),
-                                                m.sh.data_ptr(), m.ld, 1, s)
-        assert st == 0, st
+        assert gate_up_variant(m, 1) == 0
+
+    def gate_up_streamk():
+        assert gate_up_variant(m, 2) == 0
+
+    def gate_up_coop():
+        assert gate_up_variant(m, 0) == 0
+
+    def down_dp():
+        assert down_variant(m, 0) == 0
+
+    def down_streamk():
+        assert down_variant(m, 1) == 0
 
     rows = {}
     for name, fn in (("bf16 cuBLAS GEMMs alone", bf16_gemms), ("FP8 GEMMs alone", fp8_gemms), ("ours FP8", m.run),
-                     ("ours: quantize x", quant), ("ours: gate/up", gate_up), ("ours: gate/up pingpong", gate_up_pingpong),
-                     ("ours: down", down)):
+                     ("ours: quantize x", quant), ("ours: gate/up", gate_up), ("gate/up cooperative", gate_up_coop),
+                     ("gate/up pingpong", gate_up_pingpong), ("gate/up stream-K", gate_up_streamk),
+                     ("ours: down", down), ("down data-parallel", down_dp), ("down stream-K", down_streamk)):
         fn()
         torch.cuda.synchronize()
         rows[name] = do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
@@ -261,8 +300,9 @@ def main():
     checks.append(check(200, 768, 3072, residual=True, dtype=torch.float16))
     checks.append(check(4096, 2048, 16384))
     checks.append(check(16, 3072, 24576))
-    checks.append(check_pingpong(1000, 768, 3072))
-    checks.append(check_pingpong(129, 2048, 1024))
+    checks.append(check_variants(1000, 768, 3072))
+    checks.append(check_variants(16, 3072, 24576))
+    checks.append(check_variants(1, 2048, 16384))
     edge = edge_rows()
     benches = []
     for M, d, H in ((8192, 768, 3072), (4096, 2048, 16384), (4096, 3072, 24576), (16, 3072, 24576),
