@@ -88,11 +88,8 @@ struct GateUpArgs {  // the params-cache key: zeroed, padding included, before i
 };
 
 template <class Gemm>
-int run_gate_up(GateUpArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Kernel = typename Gemm::Kernel;
-  auto make_arguments = [device, sm_count](GateUpArgs const& a) {
-    typename Kernel::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+int run_gate_up(GateUpArgs const& a, cudaStream_t stream) {
+  auto fill = [](auto& args, GateUpArgs const& a) {
     args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
     auto& ml = args.mainloop;
     ml.ptr_A = static_cast<E4m3 const*>(a.xq);
@@ -111,11 +108,8 @@ int run_gate_up(GateUpArgs const& a, int device, int sm_count, cudaStream_t stre
     ep.ptr_sh = a.sh;
     ep.ld_sh = a.ld_sh;
     ep.approximate = a.approximate;
-    args.hw_info.device_id = device;
-    args.hw_info.sm_count = sm_count;
-    return args;
   };
-  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, GateUpArgs>::run(a, device, stream, make_arguments));
+  return sm90_launcher::launch_gemm_on_current_device<typename Gemm::Kernel>(a, stream, fill);
 }
 
 // ------------------------------------------------------------------ down (+ residual)
@@ -154,11 +148,8 @@ struct DownArgs {  // the params-cache key
 };
 
 template <class Element>
-int run_down(DownArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Kernel = typename Down<Element>::Kernel;
-  auto make_arguments = [device, sm_count](DownArgs const& a) {
-    typename Kernel::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+int run_down(DownArgs const& a, cudaStream_t stream) {
+  auto fill = [](auto& args, DownArgs const& a) {
     args.problem_shape = make_shape(int(a.M), int(a.N), int(a.H), 1);
     auto& ml = args.mainloop;
     ml.ptr_A = static_cast<E4m3 const*>(a.hq);
@@ -179,11 +170,8 @@ int run_down(DownArgs const& a, int device, int sm_count, cudaStream_t stream) {
     ep.dC = make_stride(a.N, Int<1>{}, a.M * a.N);
     ep.ptr_D = static_cast<Element*>(a.out);
     ep.dD = make_stride(a.N, Int<1>{}, a.M * a.N);
-    args.hw_info.device_id = device;
-    args.hw_info.sm_count = sm_count;
-    return args;
   };
-  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, DownArgs>::run(a, device, stream, make_arguments));
+  return sm90_launcher::launch_gemm_on_current_device<typename Down<Element>::Kernel>(a, stream, fill);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -205,9 +193,6 @@ extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t l
       !aligned4(su) || !aligned4(sh)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   GateUpArgs a;
   std::memset(&a, 0, sizeof(a));
   a.xq = xq; a.sx = sx; a.ld_sx = ld_sx; a.M = M; a.K = K;
@@ -217,8 +202,7 @@ extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t l
   // rows, 81 against 96 us at Gemma-7B, 16 tokens, H100), Cooperative's 128 above (1146
   // against 1398 us at 4096 tokens); both give the same bytes.
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return M <= 64 ? run_gate_up<GateUpPingpong>(a, device, info->sm_count, s)
-                 : run_gate_up<GateUpCooperative>(a, device, info->sm_count, s);
+  return M <= 64 ? run_gate_up<GateUpPingpong>(a, s) : run_gate_up<GateUpCooperative>(a, s);
 }
 
 extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
@@ -232,14 +216,10 @@ extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_s
       (residual != nullptr && !aligned16(residual))) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   DownArgs a;
   std::memset(&a, 0, sizeof(a));
   a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.M = M; a.H = H;
   a.wd = wd; a.sd = sd; a.N = N; a.residual = residual; a.out = out;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return dtype == GEGLU_SM90_BF16 ? run_down<cutlass::bfloat16_t>(a, device, info->sm_count, s)
-                                  : run_down<cutlass::half_t>(a, device, info->sm_count, s);
+  return dtype == GEGLU_SM90_BF16 ? run_down<cutlass::bfloat16_t>(a, s) : run_down<cutlass::half_t>(a, s);
 }

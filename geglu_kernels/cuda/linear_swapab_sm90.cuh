@@ -182,16 +182,13 @@ struct SplitKArguments {
 
 template <class Element_>
 class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
-                                                             cute::Stride<cute::Int<1>, int64_t, int64_t>> {
-  using Base = sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
-                                               cute::Stride<cute::Int<1>, int64_t, int64_t>>;
+                                                             sm90_epilogue::StrideTransposed> {
+  using Base = sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>, sm90_epilogue::StrideTransposed>;
   using Base::params;
 
  public:
-  using Element = Element_;
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-  CUTLASS_HOST_DEVICE SplitKEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
+  using Base::Base;
+  using typename Base::Element;
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>

@@ -244,16 +244,13 @@ struct FusedArguments {
 // one, by unit.
 template <class Element_>
 class FusedEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>,
-                                                            cute::Stride<cute::Int<1>, int64_t, int64_t>> {
-  using Base = sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>,
-                                               cute::Stride<cute::Int<1>, int64_t, int64_t>>;
+                                                            sm90_epilogue::StrideTransposed> {
+  using Base = sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>, sm90_epilogue::StrideTransposed>;
   using Base::params;
 
  public:
-  using Element = Element_;
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-  CUTLASS_HOST_DEVICE FusedEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
+  using Base::Base;
+  using typename Base::Element;
 
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -397,9 +394,8 @@ extern "C" int geglu_mlp_fused_sm90(const void* x, int64_t M, int64_t D, int64_t
                                     int64_t ldr, void* h, int64_t H, int64_t ldh, void* out, int64_t ldo,
                                     void* workspace, int64_t workspace_bytes, int dtype, int approximate,
                                     void* stream) {
-  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
-  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
-  if (M < 0 || D < 1 || H < 1 || M > kMax || 2 * H > kMax || D > kMax) return GEGLU_SM90_ERR_SHAPE;
+  // 2H: the gate/up units' problem M (int32).
+  if (int status = sm90_launcher::check_dtype_and_extents(dtype, M, 2 * H, D)) return status;
   if (ldx < D || ldw < D || ldwd < H || ldh < H || ldo < D || (residual != nullptr && ldr < D)) {
     return GEGLU_SM90_ERR_SHAPE;
   }
