@@ -44,6 +44,7 @@
 #include "gate_up_tma.cuh"
 #include "gelu_math.cuh"
 #include "register_epilogue.cuh"
+#include "tma_producer.cuh"
 
 namespace fp8_sm90 {
 
@@ -62,16 +63,13 @@ struct Fp8GegluMainloopSm90 : Base {
   using typename Base::StrideA;
   using typename Base::StrideB;
   using typename Base::LayoutSFA;
-  using typename Base::LayoutSFB;
   using typename Base::TiledMma;
   using typename Base::DispatchPolicy;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
-  using typename Base::SmemLayoutAtomB;
   using typename Base::SmemLayoutSFA;
   using typename Base::SmemLayoutSFB;
   using typename Base::GmemTiledCopyA;
-  using typename Base::GmemTiledCopyB;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
   using typename Base::TensorStorage;
@@ -89,8 +87,7 @@ struct Fp8GegluMainloopSm90 : Base {
   static_assert(Base::IsTmaLoadSFA && !Base::IsTmaLoadSFB, "A scales by TMA, B scales by the auxiliary warp");
 
   using TileShapeHalf = Shape<Int<BM>, Int<BN>, Int<BK>>;
-  using WeightTma = gate_up_tma::GateUpTma<gate_up_tma::Operand::B, GmemTiledCopyB, ElementB, StrideB,
-                                           SmemLayoutAtomB, SmemLayoutB, TileShapeHalf, ClusterShape>;
+  using WeightTma = gate_up_tma::GateUpTma<tma_producer::Operand::B, Base, ElementB, TileShapeHalf>;
 
   struct Arguments {
     ElementA const* ptr_A;
@@ -156,14 +153,12 @@ struct Fp8GegluMainloopSm90 : Base {
   // H / 128 n tiles, the scheduler's 2H / 256.
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
-    using X = Underscore;
     auto [M, N, K, L] = problem_shape_MNKL;
     auto H = N / 2;
-    Tensor mA_mkl = p.tma_load_a.get_tma_tensor(make_shape(M, K, L));
-    Tensor gA_mkl = local_tile(mA_mkl, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});
     auto [gBg_nkl, gBu_nkl] = p.tma_load_gate_up.tiles(make_shape(H, K, L));
     Tensor mSFA_mkl = p.tma_load_sfa.get_tma_tensor(shape(filter_zeros(p.layout_SFA)));
-    return cute::make_tuple(gA_mkl, gBg_nkl, gBu_nkl, mSFA_mkl);
+    return cute::make_tuple(tma_producer::tiled<tma_producer::Operand::A, TileShape>(p.tma_load_a, make_shape(M, K, L)),
+                            gBg_nkl, gBu_nkl, mSFA_mkl);
   }
 
   // Producer (one elected thread): per K block, the A tile, its 128 row scales, the gate
@@ -196,19 +191,13 @@ struct Fp8GegluMainloopSm90 : Base {
                                                        get<2>(load_inputs)(_, _, n_coord, _, l_coord),
                                                        shared_tensors.smem_B.data());
 
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
-      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
-      int stage = smem_pipe_write.index();
-      int k = *k_tile_iter;
-      copy(p.tma_load_a.with(*tma_barrier, 0), tAgA(_, _, _, k), tAsA(_, _, _, stage));
-      copy(p.tma_load_sfa.with(*tma_barrier, 0), tSgSFA(_, _, _, k), tSsSFA(_, _, _, stage));
-      p.tma_load_gate_up.copy(gate_up_loads, *tma_barrier, 0, TMA::CacheHintSm90::EVICT_NORMAL, k, stage);
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
+    // k-tile k into stage `stage`, on the stage's transaction barrier:
+    auto issue = [&](auto& barrier, int k, int stage) {
+      copy(p.tma_load_a.with(barrier, 0), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+      copy(p.tma_load_sfa.with(barrier, 0), tSgSFA(_, _, _, k), tSsSFA(_, _, _, stage));
+      p.tma_load_gate_up.copy(gate_up_loads, barrier, 0, TMA::CacheHintSm90::EVICT_NORMAL, k, stage);
+    };
+    tma_producer::for_each_k_tile(pipeline, smem_pipe_write, k_tile_iter, k_tile_count, issue);
   }
 
   // Auxiliary producer warp: per K block, lane 0 copies the gate block's scale and lane 1
@@ -336,20 +325,17 @@ struct Fp8GegluEpilogueArguments {
 };
 
 template <int BN>
-class Fp8GegluEpilogue : public sm90_epilogue::RegisterEpilogue<cutlass::float_e4m3_t, Fp8GegluEpilogueArguments,
-                                                               sm90_epilogue::StrideRowMajor> {
-  using Base = sm90_epilogue::RegisterEpilogue<cutlass::float_e4m3_t, Fp8GegluEpilogueArguments,
-                                               sm90_epilogue::StrideRowMajor>;
-  using Base::params;
+class Fp8GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Fp8GegluEpilogue<BN>,
+                                                                cutlass::float_e4m3_t, Fp8GegluEpilogueArguments,
+                                                                sm90_epilogue::StrideRowMajor> {
+  using Fp8GegluEpilogue::RegisterEpilogue::params;
 
  public:
-  using Base::Base;
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
-                                 BlockCoordMNKL blk_coord_mnkl, cute::Tensor<FrgEngine, FrgLayout> const& acc,
-                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+  using Fp8GegluEpilogue::RegisterEpilogue::RegisterEpilogue;
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void store_tile(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
+                                 BlockCoordMNKL blk_coord_mnkl, Accumulators const& acc, TiledMma tiled_mma,
+                                 int thread_idx) {
     if (params.approximate) {
       apply<true>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, acc, tiled_mma, thread_idx);
     } else {

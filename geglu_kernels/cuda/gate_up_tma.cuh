@@ -20,19 +20,41 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 
+#include "tma_producer.cuh"
+
 namespace gate_up_tma {
 
-enum class Operand { A, B };
+using tma_producer::Operand;
+
+// The stock CollectiveMma's types for one of its operands.
+template <Operand kOperand, class Mma>
+struct OperandTypes {
+  using GmemTiledCopy = typename Mma::GmemTiledCopyA;
+  using Stride = typename Mma::StrideA;
+  using SmemLayoutAtom = typename Mma::SmemLayoutAtomA;
+  using SmemLayout = typename Mma::SmemLayoutA;
+};
+template <class Mma>
+struct OperandTypes<Operand::B, Mma> {
+  using GmemTiledCopy = typename Mma::GmemTiledCopyB;
+  using Stride = typename Mma::StrideB;
+  using SmemLayoutAtom = typename Mma::SmemLayoutAtomB;
+  using SmemLayout = typename Mma::SmemLayoutB;
+};
 
 // The two descriptors (what a mainloop's Params holds) and the layout facts they rely on.
-// kOperand: which GEMM operand the weights are (it picks the multicast direction of the
-// descriptors and which mode of the tile is the weights' rows). Element: the type the
-// descriptors are built over (the CollectiveMma's internal element). SmemLayoutAtom,
-// SmemLayout: the operand's smem atom and its (rows, BK, stages) layout. TileShapeHalf:
-// the CTA tile with the weights' extent halved.
-template <Operand kOperand, class GmemTiledCopy, class Element, class Stride, class SmemLayoutAtom, class SmemLayout,
-          class TileShapeHalf, class ClusterShape>
+// kOperand: which operand of the CollectiveMma `Mma` the weights are (it picks the
+// multicast direction of the descriptors and which mode of the tile is the weights'
+// rows; the copy atom, strides, smem layouts and cluster are Mma's). Element: the type
+// the descriptors are built over (Mma's internal element). TileShapeHalf: the CTA tile
+// with the weights' extent halved.
+template <Operand kOperand, class Mma, class Element, class TileShapeHalf>
 struct GateUpTma {
+  using GmemTiledCopy = typename OperandTypes<kOperand, Mma>::GmemTiledCopy;
+  using Stride = typename OperandTypes<kOperand, Mma>::Stride;
+  using SmemLayoutAtom = typename OperandTypes<kOperand, Mma>::SmemLayoutAtom;
+  using SmemLayout = typename OperandTypes<kOperand, Mma>::SmemLayout;
+  using ClusterShape = typename Mma::DispatchPolicy::ClusterShape;
   static constexpr bool kIsA = kOperand == Operand::A;
   static constexpr int kRows = cute::size<kIsA ? 0 : 1>(TileShapeHalf{});  // weight rows per half
   static constexpr int kBK = cute::size<2>(TileShapeHalf{});
@@ -81,13 +103,8 @@ struct GateUpTma {
   // tiles, the scheduler's ceil(2H / 2R) along the weights' mode.
   template <class ShapeHKL>
   CUTLASS_DEVICE auto tiles(ShapeHKL const& shape) const {
-    using X = cute::Underscore;
-    using Step = cute::conditional_t<kIsA, cute::Step<cute::_1, X, cute::_1>, cute::Step<X, cute::_1, cute::_1>>;
-    cute::Tensor m_gate = gate.get_tma_tensor(shape);
-    cute::Tensor m_up = up.get_tma_tensor(shape);
-    return cute::make_tuple(
-        cute::local_tile(m_gate, TileShapeHalf{}, cute::make_coord(cute::_, cute::_, cute::_), Step{}),
-        cute::local_tile(m_up, TileShapeHalf{}, cute::make_coord(cute::_, cute::_, cute::_), Step{}));
+    return cute::make_tuple(tma_producer::tiled<kOperand, TileShapeHalf>(gate, shape),
+                            tma_producer::tiled<kOperand, TileShapeHalf>(up, shape));
   }
 
   // The producer's view of one work tile: the gate and up rows of its k-tiles (sources)

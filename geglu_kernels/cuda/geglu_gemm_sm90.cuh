@@ -46,6 +46,7 @@
 #include "gate_up_tma.cuh"
 #include "gelu_math.cuh"
 #include "register_epilogue.cuh"
+#include "tma_producer.cuh"
 
 namespace geglu_sm90 {
 
@@ -63,8 +64,6 @@ struct GegluMainloopSm90 : Base {
   using typename Base::StrideB;
   using typename Base::DispatchPolicy;
   using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::SmemLayoutAtomB;
   using typename Base::GmemTiledCopyA;
   using typename Base::GmemTiledCopyB;
   using typename Base::MainloopPipeline;
@@ -80,8 +79,7 @@ struct GegluMainloopSm90 : Base {
   static_assert(BN % 16 == 0, "half tile must keep the 128B swizzle period");
 
   using TileShapeHalf = Shape<Int<BM>, Int<BN>, Int<BK>>;
-  using WeightTma = gate_up_tma::GateUpTma<gate_up_tma::Operand::B, GmemTiledCopyB, InternalElementB, StrideB,
-                                           SmemLayoutAtomB, SmemLayoutB, TileShapeHalf, ClusterShape>;
+  using WeightTma = gate_up_tma::GateUpTma<tma_producer::Operand::B, Base, InternalElementB, TileShapeHalf>;
 
   struct Arguments {
     ElementA const* ptr_A;
@@ -92,7 +90,7 @@ struct GegluMainloopSm90 : Base {
   };
 
   // Inherits the stock Params (its TMA_A, transaction byte counts; its TMA_B is unused)
-  // so that the stock consumer (Base::mma) can be called as it is.
+  // so that the stock consumer (Base::mma, not overridden) takes them as they are.
   struct Params : Base::Params {
     WeightTma tma_load_gate_up;
   };
@@ -111,9 +109,7 @@ struct GegluMainloopSm90 : Base {
                                         TileShape{}, ClusterShape{});
     p.tma_load_gate_up = WeightTma::make(reinterpret_cast<InternalElementB const*>(args.ptr_Bg),
                                    reinterpret_cast<InternalElementB const*>(args.ptr_Bu), make_shape(H, K, L), args.dB);
-    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;
-    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;  // both halves together
-    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    tma_producer::set_stage_transaction_bytes<Base>(p);  // B's: both halves together
     return p;
   }
 
@@ -135,13 +131,11 @@ struct GegluMainloopSm90 : Base {
   // the second: ceil(H / BN) n tiles, equal to the scheduler's ceil(2H / 2BN).
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
-    using X = Underscore;
     auto [M, N, K, L] = problem_shape_MNKL;
     auto H = N / 2;
-    Tensor mA_mkl = p.tma_load_a.get_tma_tensor(make_shape(M, K, L));
-    Tensor gA_mkl = local_tile(mA_mkl, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});
     auto [gBg_nkl, gBu_nkl] = p.tma_load_gate_up.tiles(make_shape(H, K, L));
-    return cute::make_tuple(gA_mkl, gBg_nkl, gBu_nkl);
+    return cute::make_tuple(tma_producer::tiled<tma_producer::Operand::A, TileShape>(p.tma_load_a, make_shape(M, K, L)),
+                            gBg_nkl, gBu_nkl);
   }
 
   // Producer: per k tile, A into stage A, gate rows into B rows [0, BN), up rows into
@@ -188,26 +182,12 @@ struct GegluMainloopSm90 : Base {
       }
     }
 
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
-      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
-      int stage = smem_pipe_write.index();
-      int k = *k_tile_iter;
-      copy(p.tma_load_a.with(*tma_barrier, mcast_mask_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
-      p.tma_load_gate_up.copy(gate_up_loads, *tma_barrier, mcast_mask_b, TMA::CacheHintSm90::EVICT_NORMAL, k, stage);
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
-  }
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors,
-                          Params const& p) {
-    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
-              static_cast<typename Base::Params const&>(p));
+    // k-tile k into stage `stage`, on the stage's transaction barrier:
+    auto issue = [&](auto& barrier, int k, int stage) {
+      copy(p.tma_load_a.with(barrier, mcast_mask_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+      p.tma_load_gate_up.copy(gate_up_loads, barrier, mcast_mask_b, TMA::CacheHintSm90::EVICT_NORMAL, k, stage);
+    };
+    tma_producer::for_each_k_tile(pipeline, smem_pipe_write, k_tile_iter, k_tile_count, issue);
   }
 };
 
@@ -224,23 +204,18 @@ struct GegluEpilogueArguments {
   int approximate = 1;              // 1: tanh form, 0: exact (erf)
 };
 
-template <class Element_, int BN, bool kGated = true>
-class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpilogueArguments<Element_>,
-                                                            sm90_epilogue::StrideRowMajor> {
-  using Base =
-      sm90_epilogue::RegisterEpilogue<Element_, GegluEpilogueArguments<Element_>, sm90_epilogue::StrideRowMajor>;
-  using Base::params;
+template <class Element, int BN, bool kGated = true>
+class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<GegluEpilogue<Element, BN, kGated>,
+                                                             Element, GegluEpilogueArguments<Element>,
+                                                             sm90_epilogue::StrideRowMajor> {
+  using GegluEpilogue::RegisterEpilogue::params;
 
  public:
-  using Base::Base;
-  using typename Base::Element;
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
-            class FrgLayout, class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
-                                 BlockCoordMNKL blk_coord_mnkl,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
-                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+  using GegluEpilogue::RegisterEpilogue::RegisterEpilogue;
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void store_tile(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
+                                 BlockCoordMNKL blk_coord_mnkl, Accumulators const& accumulators, TiledMma tiled_mma,
+                                 int thread_idx) {
     const bool bias = params.bias_g != nullptr || (kGated && params.bias_u != nullptr);
     if (params.approximate) {
       if (bias) {

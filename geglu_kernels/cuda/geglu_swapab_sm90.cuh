@@ -41,6 +41,7 @@
 #include "gate_up_tma.cuh"
 #include "gelu_math.cuh"
 #include "register_epilogue.cuh"
+#include "tma_producer.cuh"
 #include "swapab_collective.cuh"
 
 namespace geglu_swapab {
@@ -55,9 +56,6 @@ struct SwapAbMainloop : Base {
   using typename Base::ElementA;
   using typename Base::StrideA;
   using typename Base::StrideB;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutAtomA;
-  using typename Base::GmemTiledCopyA;
   using typename Base::GmemTiledCopyB;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
@@ -72,8 +70,7 @@ struct SwapAbMainloop : Base {
   static constexpr int BK = size<2>(TileShape{});
   static constexpr int BH = BM / 2;  // hidden units per tile
   using TileShapeHalf = Shape<Int<BH>, Int<BN>, Int<BK>>;
-  using WeightTma = gate_up_tma::GateUpTma<gate_up_tma::Operand::A, GmemTiledCopyA, InternalElementA, StrideA,
-                                           SmemLayoutAtomA, SmemLayoutA, TileShapeHalf, ClusterShape>;
+  using WeightTma = gate_up_tma::GateUpTma<tma_producer::Operand::A, Base, InternalElementA, TileShapeHalf>;
 
   struct Arguments {
     ElementA const* ptr_Ag;  // gate weight [H, K], row stride get<0>(dA)
@@ -99,9 +96,7 @@ struct SwapAbMainloop : Base {
     p.tma_load_gate_up = WeightTma::make(reinterpret_cast<InternalElementA const*>(args.ptr_Ag),
                                          reinterpret_cast<InternalElementA const*>(args.ptr_Au), make_shape(H, K, L),
                                          args.dA);
-    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;  // both halves together
-    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;
-    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    tma_producer::set_stage_transaction_bytes<Base>(p);  // A's: both halves together
     return p;
   }
 
@@ -119,13 +114,11 @@ struct SwapAbMainloop : Base {
   // Returns (gAg_mkl, gAu_mkl, gB_nkl): ceil(H / BH) m tiles, the scheduler's ceil(2H / BM).
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
-    using X = Underscore;
     auto [M2, N, K, L] = problem_shape_MNKL;
     auto H = M2 / 2;
     auto [gAg, gAu] = p.tma_load_gate_up.tiles(make_shape(H, K, L));
-    Tensor mB = p.tma_load_b.get_tma_tensor(make_shape(N, K, L));
-    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    return cute::make_tuple(gAg, gAu, gB);
+    return cute::make_tuple(gAg, gAu,
+                            tma_producer::tiled<tma_producer::Operand::B, TileShape>(p.tma_load_b, make_shape(N, K, L)));
   }
 
   template <class TensorAg, class TensorAu, class TensorB, class KTileIterator, class BlockCoord>
@@ -147,27 +140,16 @@ struct SwapAbMainloop : Base {
     Tensor gB = get<2>(load_inputs)(_, _, n_coord, _, l_coord);  // (BN, BK, k)
     Tensor tBgB = block_tma_b.partition_S(gB);
     Tensor tBsB = block_tma_b.partition_D(sB);
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
-      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
-      int stage = smem_pipe_write.index();
-      int k = *k_tile_iter;
+    // k-tile k into stage `stage`, on the stage's transaction barrier:
+    auto issue = [&](auto& barrier, int k, int stage) {
       // The weights are read once: evict-first keeps L2 for h and the down projection.
-      p.tma_load_gate_up.copy(gate_up_loads, *tma_barrier, 0, TMA::CacheHintSm90::EVICT_FIRST, k, stage);
-      copy(p.tma_load_b.with(*tma_barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
+      p.tma_load_gate_up.copy(gate_up_loads, barrier, 0, TMA::CacheHintSm90::EVICT_FIRST, k, stage);
+      copy(p.tma_load_b.with(barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+    };
+    tma_producer::for_each_k_tile(pipeline, smem_pipe_write, k_tile_iter, k_tile_count, issue);
   }
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& p) {
-    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
-              static_cast<typename Base::Params const&>(p));
-  }
+  // The consumer is the stock one (Base::mma, not overridden): it reads only the stock
+  // Params these extend.
 };
 
 // Epilogue, register level: accumulator rows [0, 64) are the gate, [64, 128) the up of
@@ -182,22 +164,17 @@ struct SwapAbArguments {
   int approximate = 1;
 };
 
-template <class Element_>
-class SwapAbEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SwapAbArguments<Element_>,
-                                                             sm90_epilogue::StrideTransposed> {
-  using Base =
-      sm90_epilogue::RegisterEpilogue<Element_, SwapAbArguments<Element_>, sm90_epilogue::StrideTransposed>;
-  using Base::params;
+template <class Element>
+class SwapAbEpilogue : public sm90_epilogue::RegisterEpilogue<SwapAbEpilogue<Element>,
+                                                              Element, SwapAbArguments<Element>,
+                                                              sm90_epilogue::StrideTransposed> {
+  using SwapAbEpilogue::RegisterEpilogue::params;
 
  public:
-  using Base::Base;
-  using typename Base::Element;
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
-                                 int thread_idx, char*) {
+  using SwapAbEpilogue::RegisterEpilogue::RegisterEpilogue;
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void store_tile(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
+                                 Accumulators const& acc, TiledMma tiled_mma, int thread_idx) {
     if (params.approximate) {
       apply<true>(problem_shape_mnkl, blk_coord_mnkl, acc, tiled_mma, thread_idx);
     } else {

@@ -25,7 +25,13 @@ namespace sm90_epilogue {
 using StrideRowMajor = cute::Stride<int64_t, cute::Int<1>, int64_t>;
 using StrideTransposed = cute::Stride<cute::Int<1>, int64_t, int64_t>;
 
-template <class Element_, class Arguments_, class StrideCD>
+// Derived: the epilogue (CRTP), which defines
+//   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+//   CUTLASS_DEVICE void store_tile(ProblemShapeMNKL, BlockShapeMNK, BlockCoordMNKL, Accumulators const&, TiledMma,
+//                                  int thread_idx);
+// for one output tile: the problem shape, the tile's shape and coordinate, this thread's
+// accumulators, the tiled MMA that laid them out, and the thread's index in the consumers.
+template <class Derived, class Element_, class Arguments_, class StrideCD>
 class RegisterEpilogue {
  public:
   using Element = Element_;
@@ -64,6 +70,18 @@ class RegisterEpilogue {
   CUTLASS_HOST_DEVICE RegisterEpilogue(Params const& params_, SharedStorage const& = SharedStorage())
       : params(params_) {}
   CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  // CUTLASS's per-tile call (through Sm90TmaWarpSpecializedAdapter), handed to the
+  // epilogue's store_tile: a register epilogue bounds its stores by the problem shape
+  // (no residue) and has no shared memory.
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
+                                 BlockCoordMNKL blk_coord_mnkl, cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
+                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+    static_cast<Derived*>(this)->store_tile(problem_shape_mnkl, blk_shape_mnk, blk_coord_mnkl, accumulators, tiled_mma,
+                                            thread_idx);
+  }
 
  protected:
   Params params;

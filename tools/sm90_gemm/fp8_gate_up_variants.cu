@@ -10,15 +10,11 @@ extern "C" int geglu_fp8_sm90_gate_up_variant(int variant, const void* xq, const
                                               const float* su, int64_t H, void* hq, float* sh, int64_t ld_sh,
                                               int approximate, void* stream) {
   using namespace fp8_sm90;
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   GateUpArgs a;
   std::memset(&a, 0, sizeof(a));
   a.xq = xq; a.sx = sx; a.ld_sx = ld_sx; a.M = M; a.K = K;
   a.wg = wg; a.sg = sg; a.wu = wu; a.su = su; a.H = H;
   a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.approximate = approximate ? 1 : 0;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return variant == 1 ? run_gate_up<GateUpPingpong>(a, device, info->sm_count, s)
-                      : run_gate_up<GateUpCooperative>(a, device, info->sm_count, s);
+  return variant == 1 ? run_gate_up<GateUpPingpong>(a, s) : run_gate_up<GateUpCooperative>(a, s);
 }
