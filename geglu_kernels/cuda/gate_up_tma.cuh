@@ -55,6 +55,7 @@ struct GateUpTma {
   using SmemLayoutAtom = typename OperandTypes<kOperand, Mma>::SmemLayoutAtom;
   using SmemLayout = typename OperandTypes<kOperand, Mma>::SmemLayout;
   using ClusterShape = typename Mma::DispatchPolicy::ClusterShape;
+
   static constexpr bool kIsA = kOperand == Operand::A;
   static constexpr int kRows = cute::size<kIsA ? 0 : 1>(TileShapeHalf{});  // weight rows per half
   static constexpr int kBK = cute::size<2>(TileShapeHalf{});
