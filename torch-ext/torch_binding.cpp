@@ -1,14 +1,19 @@
 // The native module (torch's stable ABI): the op schemas, the boxed kernels of this
 // build's one backend (CPU or CUDA), written here, and the module's import hook.
 //
-// The kernels are boxed by hand rather than with TORCH_BOX: the stable ABI's
+// The kernels are boxed here (Boxed, boxed_out) rather than with TORCH_BOX: the stable ABI's
 // std::string conversion of torch 2.10-2.13 (stableivalue_conversions.h, ToImpl<std::string>)
 // copies the string into a `new std::string` that it never frees, so every call of an
 // op with a str argument (approximate) would leak it. `take_str` reads the string handle
 // and frees it.
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include <torch/csrc/stable/library.h>
 
@@ -47,112 +52,58 @@ void boxed_out(StableIValue *stack, uint64_t, uint64_t) {
   fn(out, input);
 }
 
-void boxed_geglu(StableIValue *stack, uint64_t, uint64_t) {
-  const Tensor gate = take_tensor(stack[0]);
-  const Tensor up = take_tensor(stack[1]);
-  const std::string approximate = take_str(stack[2]);
-  stack[0] = sd::from(geglu_stable::geglu(gate, up, approximate));
-}
-
-void boxed_geglu_backward(StableIValue *stack, uint64_t, uint64_t) {
-  const Tensor grad_out = take_tensor(stack[0]);
-  const Tensor gate = take_tensor(stack[1]);
-  const Tensor up = take_tensor(stack[2]);
-  const std::string approximate = take_str(stack[3]);
-  auto [grad_gate, grad_up] = geglu_stable::geglu_backward(grad_out, gate, up, approximate);
-  stack[0] = sd::from(grad_gate);
-  stack[1] = sd::from(grad_up);
-}
-
-// The argument list of _geglu_mlp / _geglu_mlp_train.
-struct MlpArgs {
-  Tensor x, w_gate;
-  OptTensor w_up;
-  Tensor w_down;
-  OptTensor b_gate, b_up, b_down, residual;
-  std::string approximate;
-
-  explicit MlpArgs(StableIValue *s)
-      : x(take_tensor(s[0])),
-        w_gate(take_tensor(s[1])),
-        w_up(take_opt(s[2])),
-        w_down(take_tensor(s[3])),
-        b_gate(take_opt(s[4])),
-        b_up(take_opt(s[5])),
-        b_down(take_opt(s[6])),
-        residual(take_opt(s[7])),
-        approximate(take_str(s[8])) {}
+// One argument of a schema (Tensor, Tensor?, int, str) read off the stack as the
+// parameter type of the C++ op takes it.
+template <class T>
+struct Take;
+template <>
+struct Take<Tensor> {
+  static Tensor from(StableIValue v) { return take_tensor(v); }
+};
+template <>
+struct Take<OptTensor> {
+  static OptTensor from(StableIValue v) { return take_opt(v); }
+};
+template <>
+struct Take<int64_t> {
+  static int64_t from(StableIValue v) { return sd::to<int64_t>(v); }
+};
+template <>
+struct Take<std::string_view> {
+  // An owning string: the call's argument views it until the call returns.
+  static std::string from(StableIValue v) { return take_str(v); }
 };
 
-void boxed_geglu_mlp(StableIValue *stack, uint64_t, uint64_t) {
-  const MlpArgs a(stack);
-  stack[0] = sd::from(geglu_stable::geglu_mlp(a.x, a.w_gate, a.w_up, a.w_down, a.b_gate, a.b_up, a.b_down,
-                                              a.residual, a.approximate));
+// An op's results back onto the stack from slot 0: one value, or a tuple's elements in order.
+template <class R>
+void put_results(StableIValue *stack, R const &r) {
+  stack[0] = sd::from(r);
+}
+template <class... R>
+void put_results(StableIValue *stack, std::tuple<R...> const &r) {
+  std::apply([stack](R const &...v) {
+    size_t i = 0;
+    ((stack[i++] = sd::from(v)), ...);
+  }, r);
 }
 
-void boxed_geglu_mlp_train(StableIValue *stack, uint64_t, uint64_t) {
-  const MlpArgs a(stack);
-  auto [y, pre, h] = geglu_stable::geglu_mlp_train(a.x, a.w_gate, a.w_up, a.w_down, a.b_gate, a.b_up, a.b_down,
-                                                   a.residual, a.approximate);
-  stack[0] = sd::from(y);
-  stack[1] = sd::from(pre);
-  stack[2] = sd::from(h);
-}
+// The boxed kernel of a C++ op `fn`: its arguments read off stack[0..n) in schema order
+// (all of them before the call), its results written back from stack[0].
+template <class Fn, Fn fn>
+struct Boxed;
+template <class R, class... Args, R (*fn)(Args...)>
+struct Boxed<R (*)(Args...), fn> {
+  static void call(StableIValue *stack, uint64_t, uint64_t) { call_with(stack, std::index_sequence_for<Args...>{}); }
 
-void boxed_geglu_mlp_backward(StableIValue *stack, uint64_t, uint64_t) {
-  const Tensor grad = take_tensor(stack[0]);
-  const Tensor x = take_tensor(stack[1]);
-  const Tensor w_gate = take_tensor(stack[2]);
-  const OptTensor w_up = take_opt(stack[3]);
-  const Tensor w_down = take_tensor(stack[4]);
-  const OptTensor b_gate = take_opt(stack[5]);
-  const Tensor pre = take_tensor(stack[6]);
-  const Tensor h = take_tensor(stack[7]);
-  const int64_t needs = sd::to<int64_t>(stack[8]);
-  const std::string approximate = take_str(stack[9]);
-  auto grads = geglu_stable::geglu_mlp_backward(grad, x, w_gate, w_up, w_down, b_gate, pre, h, needs, approximate);
-  stack[0] = sd::from(std::get<0>(grads));
-  stack[1] = sd::from(std::get<1>(grads));
-  stack[2] = sd::from(std::get<2>(grads));
-  stack[3] = sd::from(std::get<3>(grads));
-  stack[4] = sd::from(std::get<4>(grads));
-  stack[5] = sd::from(std::get<5>(grads));
-  stack[6] = sd::from(std::get<6>(grads));
-}
+ private:
+  template <size_t... I>
+  static void call_with(StableIValue *stack, std::index_sequence<I...>) {
+    put_results(stack, fn(Take<std::decay_t<Args>>::from(stack[I])...));
+  }
+};
 
-void boxed_linear_bias_gelu(StableIValue *stack, uint64_t, uint64_t) {
-  const Tensor x = take_tensor(stack[0]);
-  const Tensor weight = take_tensor(stack[1]);
-  const OptTensor bias = take_opt(stack[2]);
-  const std::string approximate = take_str(stack[3]);
-  stack[0] = sd::from(geglu_stable::linear_bias_gelu(x, weight, bias, approximate));
-}
-
-void boxed_geglu_linear(StableIValue *stack, uint64_t, uint64_t) {
-  const Tensor x = take_tensor(stack[0]);
-  const Tensor w_gate = take_tensor(stack[1]);
-  const OptTensor w_up = take_opt(stack[2]);
-  const OptTensor b_gate = take_opt(stack[3]);
-  const OptTensor b_up = take_opt(stack[4]);
-  const std::string approximate = take_str(stack[5]);
-  stack[0] = sd::from(geglu_stable::geglu_linear(x, w_gate, w_up, b_gate, b_up, approximate));
-}
-
-#if defined(CUDA_KERNEL)
-void boxed_geglu_mlp_fp8(StableIValue *stack, uint64_t, uint64_t) {
-  const Tensor x = take_tensor(stack[0]), w_gate = take_tensor(stack[1]), w_gate_scale = take_tensor(stack[2]);
-  const Tensor w_up = take_tensor(stack[3]), w_up_scale = take_tensor(stack[4]);
-  const Tensor w_down = take_tensor(stack[5]), w_down_scale = take_tensor(stack[6]);
-  const OptTensor residual = take_opt(stack[7]);
-  const std::string approximate = take_str(stack[8]);
-  stack[0] = sd::from(geglu_stable::geglu_mlp_fp8(x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale,
-                                                  residual, approximate));
-}
-
-void boxed_geglu_mlp_fp8_serves(StableIValue *stack, uint64_t, uint64_t) {
-  stack[0] = sd::from(geglu_stable::geglu_mlp_fp8_serves(take_tensor(stack[0])));
-}
-#endif
+template <auto fn>
+constexpr auto boxed = &Boxed<decltype(fn), fn>::call;
 
 }  // namespace
 
@@ -196,16 +147,16 @@ STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, GEGLU_BACKEND, ops) {
   ops.impl("gelu_tanh_and_mul", &boxed_out<geglu_stable::gelu_tanh_and_mul>);
   ops.impl("gelu", &boxed_out<geglu_stable::gelu>);
   ops.impl("gelu_tanh", &boxed_out<geglu_stable::gelu_tanh>);
-  ops.impl("geglu", &boxed_geglu);
-  ops.impl("geglu_backward", &boxed_geglu_backward);
-  ops.impl("_geglu_mlp", &boxed_geglu_mlp);
-  ops.impl("_geglu_mlp_train", &boxed_geglu_mlp_train);
-  ops.impl("_geglu_mlp_backward", &boxed_geglu_mlp_backward);
-  ops.impl("_linear_bias_gelu", &boxed_linear_bias_gelu);
-  ops.impl("_geglu_linear", &boxed_geglu_linear);
+  ops.impl("geglu", boxed<&geglu_stable::geglu>);
+  ops.impl("geglu_backward", boxed<&geglu_stable::geglu_backward>);
+  ops.impl("_geglu_mlp", boxed<&geglu_stable::geglu_mlp>);
+  ops.impl("_geglu_mlp_train", boxed<&geglu_stable::geglu_mlp_train>);
+  ops.impl("_geglu_mlp_backward", boxed<&geglu_stable::geglu_mlp_backward>);
+  ops.impl("_linear_bias_gelu", boxed<&geglu_stable::linear_bias_gelu>);
+  ops.impl("_geglu_linear", boxed<&geglu_stable::geglu_linear>);
 #if defined(CUDA_KERNEL)
-  ops.impl("_geglu_mlp_fp8", &boxed_geglu_mlp_fp8);
-  ops.impl("_geglu_mlp_fp8_serves", &boxed_geglu_mlp_fp8_serves);
+  ops.impl("_geglu_mlp_fp8", boxed<&geglu_stable::geglu_mlp_fp8>);
+  ops.impl("_geglu_mlp_fp8_serves", boxed<&geglu_stable::geglu_mlp_fp8_serves>);
 #endif
 }
 

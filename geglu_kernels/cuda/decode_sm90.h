@@ -22,9 +22,7 @@
 
 #include "sm90_status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GEGLU_SM90_BEGIN_C_DECLS
 
 enum { GEGLU_DECODE_LINEAR_MAX_M = 4 };
 
@@ -41,6 +39,4 @@ int geglu_decode_sm90_linear(const void* x, int64_t M, int64_t K, int64_t ldx,
 // device is not compute capability 9.0 or CUDA failed.
 int64_t geglu_decode_sm90_linear_max_n(void);
 
-#ifdef __cplusplus
-}
-#endif
+GEGLU_SM90_END_C_DECLS

@@ -17,7 +17,7 @@
 // Mainloop (Fp8GegluMainloopSm90): CUTLASS's blockwise-scaled FP8 mainloop
 // (sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling) with
 // - B read through two TMA descriptors (gate rows into smem B rows [0, 128), up rows into
-//   [128, 256), as the bf16 engine's GegluMainloopSm90 does), and the B scales of each
+//   [128, 256): gate_up_tma.cuh, as in the bf16 engine's GegluMainloopSm90), and the B scales of each
 //   half from its own tensor (the auxiliary load warp, cp.async);
 // - its own consumer loop: per 128-deep K block, the gate half and then the up half are
 //   each run as m64n128k32 wgmmas into one 64-register partial accumulator, which is
@@ -41,8 +41,10 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "register_epilogue.cuh"
+#include "gate_up_tma.cuh"
 #include "gelu_math.cuh"
+#include "register_epilogue.cuh"
+#include "tma_producer.cuh"
 
 namespace fp8_sm90 {
 
@@ -61,16 +63,13 @@ struct Fp8GegluMainloopSm90 : Base {
   using typename Base::StrideA;
   using typename Base::StrideB;
   using typename Base::LayoutSFA;
-  using typename Base::LayoutSFB;
   using typename Base::TiledMma;
   using typename Base::DispatchPolicy;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
-  using typename Base::SmemLayoutAtomB;
   using typename Base::SmemLayoutSFA;
   using typename Base::SmemLayoutSFB;
   using typename Base::GmemTiledCopyA;
-  using typename Base::GmemTiledCopyB;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
   using typename Base::TensorStorage;
@@ -86,16 +85,9 @@ struct Fp8GegluMainloopSm90 : Base {
                 "1x128 activation scales, 128x128 weight scales");
   static_assert(Base::ScaleNsPerTile == 2 && Base::ScaleMsPerTile == BM, "scale slots per stage: 2 for B, BM for A");
   static_assert(Base::IsTmaLoadSFA && !Base::IsTmaLoadSFB, "A scales by TMA, B scales by the auxiliary warp");
-  static_assert(BK * sizeof_bits_v<ElementB> == 128 * 8,
-                "one 128B swizzle atom per row in K: each half of a B stage is contiguous in smem");
 
   using TileShapeHalf = Shape<Int<BM>, Int<BN>, Int<BK>>;
-  using SmemLayoutBHalf = decltype(tile_to_shape(SmemLayoutAtomB{}, make_shape(Int<BN>{}, Int<BK>{})));
-  static constexpr int kHalfElemsB = BN * BK;
-  static_assert(cosize_v<SmemLayoutBHalf> == kHalfElemsB, "half tile must be dense");
-  static_assert(SmemLayoutB{}(BN, 0, 0) == kHalfElemsB, "up half of B smem starts at BN*BK");
-  static_assert(SmemLayoutB{}(BN + 9, 17, 0) == kHalfElemsB + SmemLayoutBHalf{}(9, 17),
-                "up half of B smem has the half-tile layout");
+  using WeightTma = gate_up_tma::GateUpTma<tma_producer::Operand::B, Base, ElementB, TileShapeHalf>;
 
   struct Arguments {
     ElementA const* ptr_A;
@@ -110,16 +102,10 @@ struct Fp8GegluMainloopSm90 : Base {
     int64_t ld_sfb;                // row stride of both (K/128 when contiguous)
   };
 
-  using TMA_BH = decltype(make_tma_copy_B_sm90(
-      GmemTiledCopyB{},
-      make_tensor(static_cast<ElementB const*>(nullptr), repeat_like(StrideB{}, int32_t(0)), StrideB{}),
-      SmemLayoutBHalf{}, TileShapeHalf{}, ClusterShape{}));
-
   // The stock Params (TMA for A and its scales, transaction byte counts; its TMA_B and
   // ptr_SFB are unused) and the two B descriptors and scale pointers.
   struct Params : Base::Params {
-    TMA_BH tma_load_bg;
-    TMA_BH tma_load_bu;
+    WeightTma tma_load_gate_up;
     ElementScale const* ptr_SFBg;
     ElementScale const* ptr_SFBu;
     int64_t ld_sfb;
@@ -131,18 +117,13 @@ struct Fp8GegluMainloopSm90 : Base {
     auto [M, N, K, L] = append<4>(problem_shape, 1);
     auto H = N / 2;
     Tensor tensor_a = make_tensor(args.ptr_A, make_layout(make_shape(M, K, L), args.dA));
-    Tensor tensor_bg = make_tensor(args.ptr_Bg, make_layout(make_shape(H, K, L), args.dB));
-    Tensor tensor_bu = make_tensor(args.ptr_Bu, make_layout(make_shape(H, K, L), args.dB));
     Tensor tensor_sfa = make_tensor(args.ptr_SFA, filter_zeros(args.layout_SFA));
     Params p;
     p.tma_load_a = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_a, SmemLayoutA{}(_, _, Int<0>{}), TileShape{},
                                         ClusterShape{});
     p.tma_load_sfa = make_tma_copy(SM90_TMA_LOAD{}, tensor_sfa, filter_zeros(SmemLayoutSFA{})(_, _, Int<0>{}),
                                    Shape<Int<BM>, Int<1>>{}, _1{});
-    p.tma_load_bg = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_bg, SmemLayoutBHalf{}, TileShapeHalf{},
-                                         ClusterShape{});
-    p.tma_load_bu = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_bu, SmemLayoutBHalf{}, TileShapeHalf{},
-                                         ClusterShape{});
+    p.tma_load_gate_up = WeightTma::make(args.ptr_Bg, args.ptr_Bu, make_shape(H, K, L), args.dB);
     p.tma_transaction_bytes = Base::TmaTransactionBytes;
     p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;
     p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;
@@ -164,8 +145,7 @@ struct Fp8GegluMainloopSm90 : Base {
   CUTLASS_DEVICE
   static void prefetch_tma_descriptors(Params const& p) {
     cute::prefetch_tma_descriptor(p.tma_load_a.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_load_bg.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_load_bu.get_tma_descriptor());
+    p.tma_load_gate_up.prefetch();
     cute::prefetch_tma_descriptor(p.tma_load_sfa.get_tma_descriptor());
   }
 
@@ -173,17 +153,12 @@ struct Fp8GegluMainloopSm90 : Base {
   // H / 128 n tiles, the scheduler's 2H / 256.
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
-    using X = Underscore;
     auto [M, N, K, L] = problem_shape_MNKL;
     auto H = N / 2;
-    Tensor mA_mkl = p.tma_load_a.get_tma_tensor(make_shape(M, K, L));
-    Tensor mBg_nkl = p.tma_load_bg.get_tma_tensor(make_shape(H, K, L));
-    Tensor mBu_nkl = p.tma_load_bu.get_tma_tensor(make_shape(H, K, L));
-    Tensor gA_mkl = local_tile(mA_mkl, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});
-    Tensor gBg_nkl = local_tile(mBg_nkl, TileShapeHalf{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    Tensor gBu_nkl = local_tile(mBu_nkl, TileShapeHalf{}, make_coord(_, _, _), Step<X, _1, _1>{});
+    auto [gBg_nkl, gBu_nkl] = p.tma_load_gate_up.tiles(make_shape(H, K, L));
     Tensor mSFA_mkl = p.tma_load_sfa.get_tma_tensor(shape(filter_zeros(p.layout_SFA)));
-    return cute::make_tuple(gA_mkl, gBg_nkl, gBu_nkl, mSFA_mkl);
+    return cute::make_tuple(tma_producer::tiled<tma_producer::Operand::A, TileShape>(p.tma_load_a, make_shape(M, K, L)),
+                            gBg_nkl, gBu_nkl, mSFA_mkl);
   }
 
   // Producer (one elected thread): per K block, the A tile, its 128 row scales, the gate
@@ -201,44 +176,28 @@ struct Fp8GegluMainloopSm90 : Base {
 
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
     Tensor sSFA = make_tensor(make_smem_ptr(shared_tensors.smem_SFA.data()), filter_zeros(SmemLayoutSFA{}));
-    auto* smem_b = shared_tensors.smem_B.data();
-    constexpr int kStageElemsB = 2 * kHalfElemsB;
 
     auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
     Tensor gA = get<0>(load_inputs)(_, _, m_coord, _, l_coord);
-    Tensor gBg = get<1>(load_inputs)(_, _, n_coord, _, l_coord);
-    Tensor gBu = get<2>(load_inputs)(_, _, n_coord, _, l_coord);
     Tensor gSFA = local_tile(get<3>(load_inputs), make_tile(Int<BM>{}, Int<1>{}), make_coord(m_coord, _, l_coord));
 
     auto block_tma_a = p.tma_load_a.get_slice(0);
-    auto block_tma_bg = p.tma_load_bg.get_slice(0);
-    auto block_tma_bu = p.tma_load_bu.get_slice(0);
     auto block_tma_sfa = p.tma_load_sfa.get_slice(0);
     Tensor tAgA = block_tma_a.partition_S(gA);
     Tensor tAsA = block_tma_a.partition_D(sA);
-    Tensor tBgBg = block_tma_bg.partition_S(gBg);
-    Tensor tBgBu = block_tma_bu.partition_S(gBu);
     Tensor tSgSFA = block_tma_sfa.partition_S(gSFA);
     Tensor tSsSFA = block_tma_sfa.partition_D(sSFA);
-    Tensor tBsBg0 = block_tma_bg.partition_D(make_tensor(make_smem_ptr(smem_b), SmemLayoutBHalf{}));
-    Tensor tBsBu0 = block_tma_bu.partition_D(make_tensor(make_smem_ptr(smem_b + kHalfElemsB), SmemLayoutBHalf{}));
+    auto gate_up_loads = p.tma_load_gate_up.tile_loads(0, get<1>(load_inputs)(_, _, n_coord, _, l_coord),
+                                                       get<2>(load_inputs)(_, _, n_coord, _, l_coord),
+                                                       shared_tensors.smem_B.data());
 
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
-      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
-      int stage = smem_pipe_write.index();
-      int k = *k_tile_iter;
-      copy(p.tma_load_a.with(*tma_barrier, 0), tAgA(_, _, _, k), tAsA(_, _, _, stage));
-      copy(p.tma_load_sfa.with(*tma_barrier, 0), tSgSFA(_, _, _, k), tSsSFA(_, _, _, stage));
-      Tensor dBg = make_tensor(tBsBg0.data() + stage * kStageElemsB, tBsBg0.layout());
-      Tensor dBu = make_tensor(tBsBu0.data() + stage * kStageElemsB, tBsBu0.layout());
-      copy(p.tma_load_bg.with(*tma_barrier, 0), tBgBg(_, _, _, k), dBg);
-      copy(p.tma_load_bu.with(*tma_barrier, 0), tBgBu(_, _, _, k), dBu);
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
+    // k-tile k into stage `stage`, on the stage's transaction barrier:
+    auto issue = [&](auto& barrier, int k, int stage) {
+      copy(p.tma_load_a.with(barrier, 0), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+      copy(p.tma_load_sfa.with(barrier, 0), tSgSFA(_, _, _, k), tSsSFA(_, _, _, stage));
+      p.tma_load_gate_up.copy(gate_up_loads, barrier, 0, TMA::CacheHintSm90::EVICT_NORMAL, k, stage);
+    };
+    tma_producer::for_each_k_tile(pipeline, smem_pipe_write, k_tile_iter, k_tile_count, issue);
   }
 
   // Auxiliary producer warp: per K block, lane 0 copies the gate block's scale and lane 1
@@ -366,25 +325,17 @@ struct Fp8GegluEpilogueArguments {
 };
 
 template <int BN>
-class Fp8GegluEpilogue
-    : public sm90_epilogue::RegisterEpilogue<cutlass::float_e4m3_t, Fp8GegluEpilogueArguments,
-                                             cute::Stride<int64_t, cute::Int<1>, int64_t>> {
-  using Base = sm90_epilogue::RegisterEpilogue<cutlass::float_e4m3_t, Fp8GegluEpilogueArguments,
-                                               cute::Stride<int64_t, cute::Int<1>, int64_t>>;
-  using Base::params;
+class Fp8GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Fp8GegluEpilogue<BN>,
+                                                                cutlass::float_e4m3_t, Fp8GegluEpilogueArguments,
+                                                                sm90_epilogue::StrideRowMajor> {
+  using Fp8GegluEpilogue::RegisterEpilogue::params;
 
  public:
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-
-  CUTLASS_HOST_DEVICE
-  Fp8GegluEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
-                                 BlockCoordMNKL blk_coord_mnkl, cute::Tensor<FrgEngine, FrgLayout> const& acc,
-                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+  using Fp8GegluEpilogue::RegisterEpilogue::RegisterEpilogue;
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void store_tile(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
+                                 BlockCoordMNKL blk_coord_mnkl, Accumulators const& acc, TiledMma tiled_mma,
+                                 int thread_idx) {
     if (params.approximate) {
       apply<true>(problem_shape_mnkl, blk_shape_MNK, blk_coord_mnkl, acc, tiled_mma, thread_idx);
     } else {
@@ -393,23 +344,6 @@ class Fp8GegluEpilogue
   }
 
  private:
-  // gelu(x) = x sigmoid(a) (see GegluEpilogue in geglu_gemm_sm90.cuh).
-  template <bool kTanh>
-  CUTLASS_DEVICE static float gelu(float x) {
-    float na;
-    if constexpr (kTanh) {
-      constexpr float c0 = -geglu_cuda::kTwoULog2E;
-      constexpr float c1 = -geglu_cuda::kTwoULog2E * geglu_cuda::kKappa;
-      na = x * fmaf(c1, x * x, c0);
-    } else {
-      na = -geglu_cuda::normal_cdf_log2_odds(x);
-    }
-    float e, r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(na));
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
-    return x * r;
-  }
-
   template <bool kTanh, class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
             class FrgLayout, class TiledMma>
   CUTLASS_DEVICE void apply(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
@@ -438,7 +372,7 @@ class Fp8GegluEpilogue
       for (int j = 0; j < NB; ++j) {
         CUTLASS_PRAGMA_UNROLL
         for (int c = 0; c < 2; ++c) {
-          h[j][c] = gelu<kTanh>(acc(make_coord(c, r, j), 0, 0)) * acc(make_coord(c, r, j), 0, 1);
+          h[j][c] = geglu_cuda::gelu_ex2_rcp<kTanh>(acc(make_coord(c, r, j), 0, 0)) * acc(make_coord(c, r, j), 0, 1);
           amax = fmaxf(amax, fabsf(h[j][c]));
         }
       }
@@ -460,7 +394,7 @@ class Fp8GegluEpilogue
           const int j = 4 * q + jj;
           p[jj] = pack_e4m3x2(h[j][0] * inv_scale, h[j][1] * inv_scale);
         }
-        quad_transpose(p, t);  // thread t: the 8 columns of block 4q + t
+        sm90_epilogue::quad_transpose(p, t);  // thread t: the 8 columns of block 4q + t
         if (row < M) {
           const int col = h0 + 8 * (4 * q + t);
           *reinterpret_cast<uint2*>(hq + int64_t(row) * params.ldh + col) =
@@ -476,22 +410,6 @@ class Fp8GegluEpilogue
     uint16_t v;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(v) : "f"(hi), "f"(lo));
     return v;
-  }
-
-  // Thread t of a quad holds p[c] = A[t][c]; afterwards p[c] = A[c][t].
-  CUTLASS_DEVICE static void quad_transpose(uint32_t (&p)[4], int t) {
-    const bool b0 = t & 1;
-    uint32_t x = b0 ? p[0] : p[1];
-    uint32_t y = b0 ? p[2] : p[3];
-    x = __shfl_xor_sync(0xffffffffu, x, 1);
-    y = __shfl_xor_sync(0xffffffffu, y, 1);
-    if (b0) { p[0] = x; p[2] = y; } else { p[1] = x; p[3] = y; }
-    const bool b1 = t & 2;
-    x = b1 ? p[0] : p[2];
-    y = b1 ? p[1] : p[3];
-    x = __shfl_xor_sync(0xffffffffu, x, 2);
-    y = __shfl_xor_sync(0xffffffffu, y, 2);
-    if (b1) { p[0] = x; p[1] = y; } else { p[2] = x; p[3] = y; }
   }
 };
 

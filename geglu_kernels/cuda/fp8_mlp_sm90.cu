@@ -44,9 +44,9 @@ LayoutSFB weight_scale_layout(int N, int K) {
 
 // ------------------------------------------------------------------ gate/up + GeGLU + quantize h
 // BM rows x (128 gate + 128 up) columns per tile; m64n128k32 wgmmas, one warp group per 64
-// rows: Cooperative (BM = 128, two warp groups on one tile) or Pingpong (BM = 64, the two
-// warp groups on alternate tiles, one's epilogue under the other's mainloop).
-template <int BM, class KernelSchedule, int Stages, class TileScheduler = cutlass::gemm::PersistentScheduler>
+// rows: Cooperative (BM = 128, two warp groups on one tile) or Pingpong (BM = 64, the
+// two warp groups on alternate tiles, one's epilogue under the other's mainloop).
+template <int BM, class KernelSchedule, int Stages>
 struct GateUpGemm {
   using TileShape = Shape<Int<BM>, _256, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
@@ -65,7 +65,7 @@ struct GateUpGemm {
   using Epilogue = Fp8GegluEpilogue<128>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
-                                                      TileScheduler>;
+                                                      cutlass::gemm::PersistentScheduler>;
 };
 
 // 4 stages of 16 KB A + 32 KB B (+ scales); 5 of 8 + 32 KB.
@@ -87,12 +87,10 @@ struct GateUpArgs {  // the params-cache key: zeroed, padding included, before i
   int approximate;
 };
 
-template <class Gemm>
-auto gate_up_arguments(int device, int sm_count) {
-  using Kernel = typename Gemm::Kernel;
-  return [device, sm_count](GateUpArgs const& a) {
-    typename Kernel::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+// GateUpArgs into the gate/up GEMM's arguments.
+struct FillGateUp {
+  template <class Arguments>
+  void operator()(Arguments& args, GateUpArgs const& a) const {
     args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
     auto& ml = args.mainloop;
     ml.ptr_A = static_cast<E4m3 const*>(a.xq);
@@ -111,16 +109,12 @@ auto gate_up_arguments(int device, int sm_count) {
     ep.ptr_sh = a.sh;
     ep.ld_sh = a.ld_sh;
     ep.approximate = a.approximate;
-    args.hw_info.device_id = device;
-    args.hw_info.sm_count = sm_count;
-    return args;
-  };
-}
+  }
+};
 
 template <class Gemm>
-int run_gate_up(GateUpArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Runner = sm90_launcher::Runner<typename Gemm::Kernel, 1, 1, GateUpArgs>;
-  return sm90_launcher::status_of(Runner::run(a, device, stream, gate_up_arguments<Gemm>(device, sm_count)));
+int run_gate_up(GateUpArgs const& a, cudaStream_t stream) {
+  return sm90_launcher::launch_gemm_on_current_device<typename Gemm::Kernel>(a, stream, FillGateUp{});
 }
 
 // ------------------------------------------------------------------ down (+ residual)
@@ -147,6 +141,17 @@ struct Down {
                                                       TileScheduler>;
 };
 
+// The routes by token count (H100, 2026-11-27, check_fp8_mlp_h100.log): at up to
+// kDecodeTokens, a weight read, the gate/up on Pingpong's 64-row tiles (Gemma-7B, 16
+// tokens: 72.9 us against Cooperative's 78.5 and stream-K's 81.1) and the down projection
+// stream-K (56.6 against 79.9: its 128-column tiles are 24 for 132 SMs, so K is split
+// across CTAs and the last of a tile sums the partials); above, Cooperative tiles (1116
+// against Pingpong's 1449 at Gemma-7B, 4096 tokens: its 64-row tiles read the weights
+// twice as often) and a data-parallel down projection.
+constexpr int64_t kDecodeTokens = 64;
+template <class Element>
+using DownStreamK = Down<Element, cutlass::gemm::StreamKScheduler>;
+
 struct DownArgs {  // the params-cache key
   const void* hq;
   const float* sh;
@@ -156,16 +161,14 @@ struct DownArgs {  // the params-cache key
   int64_t N;
   const void* residual;
   void* out;
-  void* workspace;  // stream-K kernels only
+  void* workspace;  // the stream-K kernel's
 };
 
-template <class Gemm>
-auto down_arguments(int device, int sm_count) {
-  using Kernel = typename Gemm::Kernel;
-  using Element = typename Kernel::ElementD;
-  return [device, sm_count](DownArgs const& a) {
-    typename Kernel::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+// DownArgs into a down GEMM's arguments (Element: the output's).
+template <class Element>
+struct FillDown {
+  template <class Arguments>
+  void operator()(Arguments& args, DownArgs const& a) const {
     args.problem_shape = make_shape(int(a.M), int(a.N), int(a.H), 1);
     auto& ml = args.mainloop;
     ml.ptr_A = static_cast<E4m3 const*>(a.hq);
@@ -186,28 +189,14 @@ auto down_arguments(int device, int sm_count) {
     ep.dC = make_stride(a.N, Int<1>{}, a.M * a.N);
     ep.ptr_D = static_cast<Element*>(a.out);
     ep.dD = make_stride(a.N, Int<1>{}, a.M * a.N);
-    args.hw_info.device_id = device;
-    args.hw_info.sm_count = sm_count;
-    return args;
-  };
-}
+  }
+};
 
-template <class Gemm>
-int run_down(DownArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Runner = sm90_launcher::Runner<typename Gemm::Kernel, 1, 1, DownArgs>;
-  return sm90_launcher::status_of(Runner::run(a, device, stream, down_arguments<Gemm>(device, sm_count), a.workspace));
+template <class Gemm, class Element>
+int run_down(DownArgs const& a, cudaStream_t stream) {
+  return sm90_launcher::launch_gemm_on_current_device<typename Gemm::Kernel>(a, stream, FillDown<Element>{},
+                                                                             a.workspace);
 }
-
-// The routes by token count (H100, 2026-11-27, check_fp8_mlp_h100.log): at up to
-// kDecodeTokens, a weight read, the gate/up on Pingpong's 64-row tiles (Gemma-7B, 16
-// tokens: 72.9 us against Cooperative's 78.5 and stream-K's 81.1) and the down projection
-// stream-K (56.6 against 79.9: its 128-column tiles are 24 for 132 SMs, so K is split
-// across CTAs and the last of a tile sums the partials); above, Cooperative tiles (1116
-// against Pingpong's 1449 at Gemma-7B, 4096 tokens: its 64-row tiles read the weights
-// twice as often) and a data-parallel down projection.
-constexpr int64_t kDecodeTokens = 64;
-template <class Element>
-using DownStreamK = Down<Element, cutlass::gemm::StreamKScheduler>;
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 bool aligned4(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 3u) == 0; }
@@ -215,19 +204,6 @@ bool size_ok(int64_t v) { return v >= 128 && v % 128 == 0 && v < (int64_t(1) << 
 bool ld_ok(int64_t ld, int64_t M) { return ld >= M && ld % 4 == 0 && ld < (int64_t(1) << 31); }
 
 }  // namespace fp8_sm90
-
-extern "C" int64_t geglu_fp8_sm90_workspace_bytes(int64_t M, int64_t H, int64_t N) {
-  using namespace fp8_sm90;
-  if (M > kDecodeTokens || M <= 0) return 0;
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return 0;
-  DownArgs d;
-  std::memset(&d, 0, sizeof(d));
-  d.M = M; d.H = H; d.N = N; d.ld_sh = (M + 3) / 4 * 4;
-  return int64_t(sm90_launcher::Runner<DownStreamK<cutlass::bfloat16_t>::Kernel, 1, 1, DownArgs>::workspace_bytes(
-      d, down_arguments<DownStreamK<cutlass::bfloat16_t>>(device, info->sm_count)));
-}
 
 extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
                                       const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
@@ -241,17 +217,23 @@ extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t l
       !aligned4(su) || !aligned4(sh)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   GateUpArgs a;
   std::memset(&a, 0, sizeof(a));
   a.xq = xq; a.sx = sx; a.ld_sx = ld_sx; a.M = M; a.K = K;
   a.wg = wg; a.sg = sg; a.wu = wu; a.su = su; a.H = H;
   a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.approximate = approximate ? 1 : 0;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return M <= kDecodeTokens ? run_gate_up<GateUpPingpong>(a, device, info->sm_count, s)
-                            : run_gate_up<GateUpCooperative>(a, device, info->sm_count, s);
+  return M <= kDecodeTokens ? run_gate_up<GateUpPingpong>(a, s) : run_gate_up<GateUpCooperative>(a, s);
+}
+
+extern "C" int64_t geglu_fp8_sm90_workspace_bytes(int64_t M, int64_t H, int64_t N) {
+  using namespace fp8_sm90;
+  if (M > kDecodeTokens || M <= 0) return 0;
+  DownArgs d;
+  std::memset(&d, 0, sizeof(d));
+  d.M = M; d.H = H; d.N = N; d.ld_sh = (M + 3) / 4 * 4;
+  return int64_t(sm90_launcher::gemm_workspace_bytes_on_current_device<DownStreamK<cutlass::bfloat16_t>::Kernel>(
+      d, FillDown<cutlass::bfloat16_t>{}));
 }
 
 extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
@@ -265,9 +247,6 @@ extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_s
       (residual != nullptr && !aligned16(residual)) || !aligned16(workspace)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   DownArgs a;
   std::memset(&a, 0, sizeof(a));
   a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.M = M; a.H = H;
@@ -276,9 +255,9 @@ extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_s
   const bool bf16 = dtype == GEGLU_SM90_BF16;
   if (M <= kDecodeTokens) {
     a.workspace = workspace;
-    return bf16 ? run_down<DownStreamK<cutlass::bfloat16_t>>(a, device, info->sm_count, s)
-                : run_down<DownStreamK<cutlass::half_t>>(a, device, info->sm_count, s);
+    return bf16 ? run_down<DownStreamK<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s)
+                : run_down<DownStreamK<cutlass::half_t>, cutlass::half_t>(a, s);
   }
-  return bf16 ? run_down<Down<cutlass::bfloat16_t>>(a, device, info->sm_count, s)
-              : run_down<Down<cutlass::half_t>>(a, device, info->sm_count, s);
+  return bf16 ? run_down<Down<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s)
+              : run_down<Down<cutlass::half_t>, cutlass::half_t>(a, s);
 }

@@ -19,9 +19,9 @@
 // (scales 4-byte); the current device of compute capability 9.0.
 #include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+#include "sm90_status.h"
+
+GEGLU_SM90_BEGIN_C_DECLS
 
 // q[M, K] (contiguous), s = quantize_1x128(x): x [M, K] bf16 (dtype GEGLU_SM90_BF16) or
 // fp16 with row stride ldx (a multiple of 8), per row and 128-column group scale = amax /
@@ -49,6 +49,4 @@ int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_sh, int64_t 
                         const void* wd, const float* sd, int64_t N, const void* residual, void* out,
                         int dtype, void* workspace, void* stream);
 
-#ifdef __cplusplus
-}
-#endif
+GEGLU_SM90_END_C_DECLS

@@ -43,8 +43,10 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "register_epilogue.cuh"
+#include "gate_up_tma.cuh"
 #include "gelu_math.cuh"
+#include "register_epilogue.cuh"
+#include "tma_producer.cuh"
 
 namespace geglu_sm90 {
 
@@ -62,8 +64,6 @@ struct GegluMainloopSm90 : Base {
   using typename Base::StrideB;
   using typename Base::DispatchPolicy;
   using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::SmemLayoutAtomB;
   using typename Base::GmemTiledCopyA;
   using typename Base::GmemTiledCopyB;
   using typename Base::MainloopPipeline;
@@ -77,21 +77,9 @@ struct GegluMainloopSm90 : Base {
   static constexpr int BK = size<2>(TileShape{});
   static_assert(size<1>(TileShape{}) == 2 * BN, "CTA N tile must be gate block + up block");
   static_assert(BN % 16 == 0, "half tile must keep the 128B swizzle period");
-  static_assert(BK * sizeof_bits_v<ElementB> == 64 * 16,
-                "one 128B swizzle atom per row in K: each half tile is then contiguous in smem");
 
   using TileShapeHalf = Shape<Int<BM>, Int<BN>, Int<BK>>;
-  // Smem layout of one half (gate or up) of one stage of B. With one swizzle atom per
-  // row in K, rows [h*BN, h*BN+BN) of a stage of SmemLayoutB are exactly this layout
-  // at element offset h*BN*BK (checked below).
-  using SmemLayoutBHalf = decltype(tile_to_shape(SmemLayoutAtomB{}, make_shape(Int<BN>{}, Int<BK>{})));
-  static constexpr int kStageElemsB = 2 * BN * BK;
-  static constexpr int kHalfElemsB = BN * BK;
-  static_assert(cosize_v<SmemLayoutBHalf> == kHalfElemsB, "half tile must be dense");
-  static_assert(SmemLayoutB{}(0, 0, 1) == kStageElemsB, "stage stride of B smem");
-  static_assert(SmemLayoutB{}(BN, 0, 0) == kHalfElemsB, "up half of B smem starts at BN*BK");
-  static_assert(SmemLayoutB{}(BN + 9, 17, 0) == kHalfElemsB + SmemLayoutBHalf{}(9, 17),
-                "up half of B smem has the half-tile layout");
+  using WeightTma = gate_up_tma::GateUpTma<tma_producer::Operand::B, Base, InternalElementB, TileShapeHalf>;
 
   struct Arguments {
     ElementA const* ptr_A;
@@ -101,16 +89,10 @@ struct GegluMainloopSm90 : Base {
     StrideB dB;
   };
 
-  using TMA_BH = decltype(make_tma_copy_B_sm90(
-      GmemTiledCopyB{},
-      make_tensor(static_cast<InternalElementB const*>(nullptr), repeat_like(StrideB{}, int32_t(0)), StrideB{}),
-      SmemLayoutBHalf{}, TileShapeHalf{}, ClusterShape{}));
-
   // Inherits the stock Params (its TMA_A, transaction byte counts; its TMA_B is unused)
-  // so that the stock consumer (Base::mma) can be called as it is.
+  // so that the stock consumer (Base::mma, not overridden) takes them as they are.
   struct Params : Base::Params {
-    TMA_BH tma_load_bg;
-    TMA_BH tma_load_bu;
+    WeightTma tma_load_gate_up;
   };
 
   template <class ProblemShape>
@@ -121,21 +103,13 @@ struct GegluMainloopSm90 : Base {
     auto [M, N, K, L] = problem_shape_MNKL;
     auto H = N / 2;  // problem N is 2H: gate and up columns of the accumulator
     auto ptr_A = reinterpret_cast<InternalElementA const*>(args.ptr_A);
-    auto ptr_Bg = reinterpret_cast<InternalElementB const*>(args.ptr_Bg);
-    auto ptr_Bu = reinterpret_cast<InternalElementB const*>(args.ptr_Bu);
     Tensor tensor_a = make_tensor(ptr_A, make_layout(make_shape(M, K, L), args.dA));
-    Tensor tensor_bg = make_tensor(ptr_Bg, make_layout(make_shape(H, K, L), args.dB));
-    Tensor tensor_bu = make_tensor(ptr_Bu, make_layout(make_shape(H, K, L), args.dB));
     Params p;
     p.tma_load_a = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_a, SmemLayoutA{}(_, _, Int<0>{}),
                                         TileShape{}, ClusterShape{});
-    p.tma_load_bg = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_bg, SmemLayoutBHalf{},
-                                         TileShapeHalf{}, ClusterShape{});
-    p.tma_load_bu = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_bu, SmemLayoutBHalf{},
-                                         TileShapeHalf{}, ClusterShape{});
-    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;
-    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;  // both halves together
-    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    p.tma_load_gate_up = WeightTma::make(reinterpret_cast<InternalElementB const*>(args.ptr_Bg),
+                                   reinterpret_cast<InternalElementB const*>(args.ptr_Bu), make_shape(H, K, L), args.dB);
+    tma_producer::set_stage_transaction_bytes<Base>(p);  // B's: both halves together
     return p;
   }
 
@@ -150,24 +124,18 @@ struct GegluMainloopSm90 : Base {
   CUTLASS_DEVICE
   static void prefetch_tma_descriptors(Params const& p) {
     cute::prefetch_tma_descriptor(p.tma_load_a.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_load_bg.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_load_bu.get_tma_descriptor());
+    p.tma_load_gate_up.prefetch();
   }
 
   // Returns (gA_mkl, gBg_nkl, gBu_nkl). The kernel reads only the n and l extents of
   // the second: ceil(H / BN) n tiles, equal to the scheduler's ceil(2H / 2BN).
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
-    using X = Underscore;
     auto [M, N, K, L] = problem_shape_MNKL;
     auto H = N / 2;
-    Tensor mA_mkl = p.tma_load_a.get_tma_tensor(make_shape(M, K, L));
-    Tensor mBg_nkl = p.tma_load_bg.get_tma_tensor(make_shape(H, K, L));
-    Tensor mBu_nkl = p.tma_load_bu.get_tma_tensor(make_shape(H, K, L));
-    Tensor gA_mkl = local_tile(mA_mkl, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});
-    Tensor gBg_nkl = local_tile(mBg_nkl, TileShapeHalf{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    Tensor gBu_nkl = local_tile(mBu_nkl, TileShapeHalf{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    return cute::make_tuple(gA_mkl, gBg_nkl, gBu_nkl);
+    auto [gBg_nkl, gBu_nkl] = p.tma_load_gate_up.tiles(make_shape(H, K, L));
+    return cute::make_tuple(tma_producer::tiled<tma_producer::Operand::A, TileShape>(p.tma_load_a, make_shape(M, K, L)),
+                            gBg_nkl, gBu_nkl);
   }
 
   // Producer: per k tile, A into stage A, gate rows into B rows [0, BN), up rows into
@@ -183,30 +151,21 @@ struct GegluMainloopSm90 : Base {
     if (!lane_predicate) return;
 
     Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
-    auto* smem_b = shared_tensors.smem_B.data();
 
     constexpr uint32_t cluster_shape_x = get<0>(ClusterShape());
     uint2 cluster_local_block_id = {block_rank_in_cluster % cluster_shape_x,
                                     block_rank_in_cluster / cluster_shape_x};
 
     auto block_tma_a = p.tma_load_a.get_slice(cluster_local_block_id.y);
-    auto block_tma_bg = p.tma_load_bg.get_slice(cluster_local_block_id.x);
-    auto block_tma_bu = p.tma_load_bu.get_slice(cluster_local_block_id.x);
 
     auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
     Tensor gA = get<0>(load_inputs)(_, _, m_coord, _, l_coord);   // (BM, BK, k)
-    Tensor gBg = get<1>(load_inputs)(_, _, n_coord, _, l_coord);  // (BN, BK, k)
-    Tensor gBu = get<2>(load_inputs)(_, _, n_coord, _, l_coord);  // (BN, BK, k)
-
     Tensor tAgA = block_tma_a.partition_S(gA);
     Tensor tAsA = block_tma_a.partition_D(sA);
-    Tensor tBgBg = block_tma_bg.partition_S(gBg);
-    Tensor tBgBu = block_tma_bu.partition_S(gBu);
-    // Destination halves of stage 0; later stages are the same at + stage * kStageElemsB.
-    Tensor sBg0 = make_tensor(make_smem_ptr(smem_b), SmemLayoutBHalf{});
-    Tensor sBu0 = make_tensor(make_smem_ptr(smem_b + kHalfElemsB), SmemLayoutBHalf{});
-    Tensor tBsBg0 = block_tma_bg.partition_D(sBg0);
-    Tensor tBsBu0 = block_tma_bu.partition_D(sBu0);
+    auto gate_up_loads = p.tma_load_gate_up.tile_loads(cluster_local_block_id.x,
+                                           get<1>(load_inputs)(_, _, n_coord, _, l_coord),   // (BN, BK, k)
+                                           get<2>(load_inputs)(_, _, n_coord, _, l_coord),   // (BN, BK, k)
+                                           shared_tensors.smem_B.data());
 
     uint16_t mcast_mask_a = 0;
     uint16_t mcast_mask_b = 0;
@@ -223,29 +182,12 @@ struct GegluMainloopSm90 : Base {
       }
     }
 
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
-      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
-      int stage = smem_pipe_write.index();
-      int k = *k_tile_iter;
-      copy(p.tma_load_a.with(*tma_barrier, mcast_mask_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
-      Tensor dBg = make_tensor(tBsBg0.data() + stage * kStageElemsB, tBsBg0.layout());
-      Tensor dBu = make_tensor(tBsBu0.data() + stage * kStageElemsB, tBsBu0.layout());
-      copy(p.tma_load_bg.with(*tma_barrier, mcast_mask_b), tBgBg(_, _, _, k), dBg);
-      copy(p.tma_load_bu.with(*tma_barrier, mcast_mask_b), tBgBu(_, _, _, k), dBu);
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
-  }
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors,
-                          Params const& p) {
-    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
-              static_cast<typename Base::Params const&>(p));
+    // k-tile k into stage `stage`, on the stage's transaction barrier:
+    auto issue = [&](auto& barrier, int k, int stage) {
+      copy(p.tma_load_a.with(barrier, mcast_mask_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+      p.tma_load_gate_up.copy(gate_up_loads, barrier, mcast_mask_b, TMA::CacheHintSm90::EVICT_NORMAL, k, stage);
+    };
+    tma_producer::for_each_k_tile(pipeline, smem_pipe_write, k_tile_iter, k_tile_count, issue);
   }
 };
 
@@ -262,27 +204,18 @@ struct GegluEpilogueArguments {
   int approximate = 1;              // 1: tanh form, 0: exact (erf)
 };
 
-template <class Element_, int BN, bool kGated = true>
-class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpilogueArguments<Element_>,
-                                                            cute::Stride<int64_t, cute::Int<1>, int64_t>> {
-  using Base = sm90_epilogue::RegisterEpilogue<Element_, GegluEpilogueArguments<Element_>,
-                                               cute::Stride<int64_t, cute::Int<1>, int64_t>>;
-  using Base::params;
+template <class Element, int BN, bool kGated = true>
+class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<GegluEpilogue<Element, BN, kGated>,
+                                                             Element, GegluEpilogueArguments<Element>,
+                                                             sm90_epilogue::StrideRowMajor> {
+  using GegluEpilogue::RegisterEpilogue::params;
 
  public:
-  using Element = Element_;
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-
-  CUTLASS_HOST_DEVICE
-  GegluEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine,
-            class FrgLayout, class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
-                                 BlockCoordMNKL blk_coord_mnkl,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
-                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
+  using GegluEpilogue::RegisterEpilogue::RegisterEpilogue;
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void store_tile(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_MNK,
+                                 BlockCoordMNKL blk_coord_mnkl, Accumulators const& accumulators, TiledMma tiled_mma,
+                                 int thread_idx) {
     const bool bias = params.bias_g != nullptr || (kGated && params.bias_u != nullptr);
     if (params.approximate) {
       if (bias) {
@@ -300,27 +233,6 @@ class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpil
   }
 
  private:
-  // gelu(x) = x sigmoid(a) = x / (1 + 2^(-a log2 e)), one ex2 and one rcp (both MUFU,
-  // ~2 ulp) after a few FMA-pipe ops: a = 2u for the tanh form, the normal CDF's
-  // log-odds (gelu_math.cuh's polynomial) for the exact one. For x < ~-10 the
-  // exponential overflows to +inf and x * rcp(inf) = -0, the limit; there is no
-  // cancellation anywhere.
-  template <bool kTanh>
-  CUTLASS_DEVICE static float gelu(float x) {
-    float na;  // -a log2(e)
-    if constexpr (kTanh) {
-      constexpr float c0 = -geglu_cuda::kTwoULog2E;
-      constexpr float c1 = -geglu_cuda::kTwoULog2E * geglu_cuda::kKappa;
-      na = x * fmaf(c1, x * x, c0);
-    } else {
-      na = -geglu_cuda::normal_cdf_log2_odds(x);
-    }
-    float e, r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(na));
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
-    return x * r;
-  }
-
   template <bool kTanh, bool kBias, class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL,
             class FrgEngine, class FrgLayout, class TiledMma>
   CUTLASS_DEVICE void apply(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK,
@@ -359,8 +271,8 @@ class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpil
     // loads in flight together (packed: 2 x 16 bit per register).
     uint32_t bgp[NB], bup[kGated ? NB : 1];
     if constexpr (kBias) {
-      load_bias_pairs<NB>(params.bias_g, h0 + 2 * t, H, bgp);
-      if constexpr (kGated) load_bias_pairs<NB>(params.bias_u, h0 + 2 * t, H, bup);
+      sm90_epilogue::load_bias_pairs<NB>(params.bias_g, h0 + 2 * t, H, bgp);
+      if constexpr (kGated) sm90_epilogue::load_bias_pairs<NB>(params.bias_u, h0 + 2 * t, H, bup);
     }
 
     CUTLASS_PRAGMA_UNROLL
@@ -378,7 +290,7 @@ class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpil
             float g0 = acc(make_coord(0, r, j), mm, 0);
             float g1 = acc(make_coord(1, r, j), mm, 0);
             if constexpr (kBias) {
-              const float2 bgv = unpack2(bgp[j]);
+              const float2 bgv = sm90_epilogue::unpack2<Element>(bgp[j]);
               g0 += bgv.x;
               g1 += bgv.y;
             }
@@ -386,18 +298,19 @@ class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpil
               float u0 = acc(make_coord(0, r, j + NB), mm, 0);
               float u1 = acc(make_coord(1, r, j + NB), mm, 0);
               if constexpr (kBias) {
-                const float2 buv = unpack2(bup[j]);
+                const float2 buv = sm90_epilogue::unpack2<Element>(bup[j]);
                 u0 += buv.x;
                 u1 += buv.y;
               }
-              p[jj] = pack2(gelu<kTanh>(g0) * u0, gelu<kTanh>(g1) * u1);
+              p[jj] = sm90_epilogue::pack2<Element>(geglu_cuda::gelu_ex2_rcp<kTanh>(g0) * u0,
+                                                 geglu_cuda::gelu_ex2_rcp<kTanh>(g1) * u1);
             } else {
-              p[jj] = pack2(gelu<kTanh>(g0), gelu<kTanh>(g1));
+              p[jj] = sm90_epilogue::pack2<Element>(geglu_cuda::gelu_ex2_rcp<kTanh>(g0), geglu_cuda::gelu_ex2_rcp<kTanh>(g1));
             }
           }
           // 4x4 transpose across the quad: thread t then holds the 8 consecutive
           // outputs of column block 4q + t, one 16-byte store.
-          quad_transpose(p, t);
+          sm90_epilogue::quad_transpose(p, t);
           const int col = h0 + 8 * (4 * q + t);
           if (row < M) {
             Element* dst = out + int64_t(row) * ldo + col;
@@ -416,57 +329,6 @@ class GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, GegluEpil
         }
       }
     }
-  }
-
-  CUTLASS_DEVICE static uint32_t pack2(float a, float b) {
-    cutlass::NumericArrayConverter<Element, float, 2> cvt;
-    cutlass::Array<float, 2> f;
-    f[0] = a;
-    f[1] = b;
-    cutlass::Array<Element, 2> e = cvt(f);
-    return reinterpret_cast<uint32_t const&>(e);
-  }
-
-  CUTLASS_DEVICE static float2 unpack2(uint32_t v) {
-    cutlass::Array<Element, 2> e = reinterpret_cast<cutlass::Array<Element, 2> const&>(v);
-    return make_float2(float(e[0]), float(e[1]));
-  }
-
-  // Bias values of columns c + 8j, c + 8j + 1 (c even) for j < N, zero past H or
-  // without bias. Pointer 4-byte aligned (the launcher checks).
-  template <int N>
-  CUTLASS_DEVICE static void load_bias_pairs(Element const* bias, int c, int H, uint32_t (&v)[N]) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < N; ++j) v[j] = 0u;
-    if (bias == nullptr) return;
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < N; ++j) {
-      const int col = c + 8 * j;
-      // volatile asm: issued here, all N in flight, waited on only at first use
-      if (col + 1 < H) {
-        asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v[j]) : "l"(bias + col));
-      } else if (col < H) {
-        uint16_t h;
-        asm volatile("ld.global.nc.b16 %0, [%1];" : "=h"(h) : "l"(bias + col));
-        v[j] = h;
-      }
-    }
-  }
-
-  // Thread t of a quad holds p[c] = A[t][c]; afterwards p[c] = A[c][t].
-  CUTLASS_DEVICE static void quad_transpose(uint32_t (&p)[4], int t) {
-    const bool b0 = t & 1;
-    uint32_t x = b0 ? p[0] : p[1];
-    uint32_t y = b0 ? p[2] : p[3];
-    x = __shfl_xor_sync(0xffffffffu, x, 1);
-    y = __shfl_xor_sync(0xffffffffu, y, 1);
-    if (b0) { p[0] = x; p[2] = y; } else { p[1] = x; p[3] = y; }
-    const bool b1 = t & 2;
-    x = b1 ? p[0] : p[2];
-    y = b1 ? p[1] : p[3];
-    x = __shfl_xor_sync(0xffffffffu, x, 2);
-    y = __shfl_xor_sync(0xffffffffu, y, 2);
-    if (b1) { p[0] = x; p[1] = y; } else { p[2] = x; p[3] = y; }
   }
 };
 

@@ -10,9 +10,9 @@
 // most of it empty. Here the GEMM CUTLASS sees has the weights on the 128-row side and the
 // tokens on the 16-wide one: D[2H, M] = W x^T, problem (2H, M, K).
 // - Mainloop (SwapAbMainloop): the stock sm90 warp-specialized TMA mainloop with A read
-//   through two descriptors. A tile is 64 hidden units: each k-step the producer loads
-//   their gate rows into smem A rows [0, 64) and their up rows into [64, 128) (the
-//   engine's GegluMainloopSm90 with A and B exchanged). Rows past H are zero-filled by TMA
+//   through two descriptors (gate_up_tma.cuh). A tile is 64 hidden units: each k-step the
+//   producer loads their gate rows into smem A rows [0, 64) and their up rows into
+//   [64, 128) (the engine's GegluMainloopSm90 with A and B exchanged). Rows past H are zero-filled by TMA
 //   per descriptor, so H needs no alignment to the tile; ceil(2H / 128) scheduler tiles
 //   are the ceil(H / 64) unit blocks.
 // - Pingpong schedule, 128 x 16 x 64 tile: the one consumer warpgroup of a tile holds two
@@ -38,8 +38,10 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
+#include "gate_up_tma.cuh"
 #include "gelu_math.cuh"
 #include "register_epilogue.cuh"
+#include "tma_producer.cuh"
 #include "swapab_collective.cuh"
 
 namespace geglu_swapab {
@@ -54,9 +56,6 @@ struct SwapAbMainloop : Base {
   using typename Base::ElementA;
   using typename Base::StrideA;
   using typename Base::StrideB;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutAtomA;
-  using typename Base::GmemTiledCopyA;
   using typename Base::GmemTiledCopyB;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
@@ -70,17 +69,8 @@ struct SwapAbMainloop : Base {
   static constexpr int BN = size<1>(TileShape{});
   static constexpr int BK = size<2>(TileShape{});
   static constexpr int BH = BM / 2;  // hidden units per tile
-  static_assert(BK * sizeof_bits_v<ElementA> == 64 * 16,
-                "one 128B swizzle atom per row in K: each half tile is then contiguous in smem");
   using TileShapeHalf = Shape<Int<BH>, Int<BN>, Int<BK>>;
-  using SmemLayoutAHalf = decltype(tile_to_shape(SmemLayoutAtomA{}, make_shape(Int<BH>{}, Int<BK>{})));
-  static constexpr int kStageElemsA = BM * BK;
-  static constexpr int kHalfElemsA = BH * BK;
-  static_assert(cosize_v<SmemLayoutAHalf> == kHalfElemsA, "half tile must be dense");
-  static_assert(SmemLayoutA{}(0, 0, 1) == kStageElemsA, "stage stride of A smem");
-  static_assert(SmemLayoutA{}(BH, 0, 0) == kHalfElemsA, "up half of A smem starts at BH*BK");
-  static_assert(SmemLayoutA{}(BH + 9, 17, 0) == kHalfElemsA + SmemLayoutAHalf{}(9, 17),
-                "up half of A smem has the half-tile layout");
+  using WeightTma = gate_up_tma::GateUpTma<tma_producer::Operand::A, Base, InternalElementA, TileShapeHalf>;
 
   struct Arguments {
     ElementA const* ptr_Ag;  // gate weight [H, K], row stride get<0>(dA)
@@ -90,36 +80,23 @@ struct SwapAbMainloop : Base {
     StrideB dB;
   };
 
-  using TMA_AH = decltype(make_tma_copy_A_sm90(
-      GmemTiledCopyA{},
-      make_tensor(static_cast<InternalElementA const*>(nullptr), repeat_like(StrideA{}, int32_t(0)), StrideA{}),
-      SmemLayoutAHalf{}, TileShapeHalf{}, ClusterShape{}));
-
   struct Params : Base::Params {
-    TMA_AH tma_load_ag;
-    TMA_AH tma_load_au;
+    WeightTma tma_load_gate_up;
   };
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void*) {
     auto [M2, N, K, L] = append<4>(problem_shape, 1);
     auto H = M2 / 2;
-    auto ptr_Ag = reinterpret_cast<InternalElementA const*>(args.ptr_Ag);
-    auto ptr_Au = reinterpret_cast<InternalElementA const*>(args.ptr_Au);
     auto ptr_B = reinterpret_cast<InternalElementB const*>(args.ptr_B);
-    Tensor tensor_ag = make_tensor(ptr_Ag, make_layout(make_shape(H, K, L), args.dA));
-    Tensor tensor_au = make_tensor(ptr_Au, make_layout(make_shape(H, K, L), args.dA));
     Tensor tensor_b = make_tensor(ptr_B, make_layout(make_shape(N, K, L), args.dB));
     Params p;
     p.tma_load_b = make_tma_copy_B_sm90(GmemTiledCopyB{}, tensor_b, typename Base::SmemLayoutB{}(_, _, Int<0>{}),
                                         TileShape{}, ClusterShape{});
-    p.tma_load_ag = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_ag, SmemLayoutAHalf{}, TileShapeHalf{},
-                                         ClusterShape{});
-    p.tma_load_au = make_tma_copy_A_sm90(GmemTiledCopyA{}, tensor_au, SmemLayoutAHalf{}, TileShapeHalf{},
-                                         ClusterShape{});
-    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;  // both halves together
-    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;
-    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    p.tma_load_gate_up = WeightTma::make(reinterpret_cast<InternalElementA const*>(args.ptr_Ag),
+                                         reinterpret_cast<InternalElementA const*>(args.ptr_Au), make_shape(H, K, L),
+                                         args.dA);
+    tma_producer::set_stage_transaction_bytes<Base>(p);  // A's: both halves together
     return p;
   }
 
@@ -130,24 +107,18 @@ struct SwapAbMainloop : Base {
 
   CUTLASS_DEVICE
   static void prefetch_tma_descriptors(Params const& p) {
-    cute::prefetch_tma_descriptor(p.tma_load_ag.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_load_au.get_tma_descriptor());
+    p.tma_load_gate_up.prefetch();
     cute::prefetch_tma_descriptor(p.tma_load_b.get_tma_descriptor());
   }
 
   // Returns (gAg_mkl, gAu_mkl, gB_nkl): ceil(H / BH) m tiles, the scheduler's ceil(2H / BM).
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
-    using X = Underscore;
     auto [M2, N, K, L] = problem_shape_MNKL;
     auto H = M2 / 2;
-    Tensor mAg = p.tma_load_ag.get_tma_tensor(make_shape(H, K, L));
-    Tensor mAu = p.tma_load_au.get_tma_tensor(make_shape(H, K, L));
-    Tensor mB = p.tma_load_b.get_tma_tensor(make_shape(N, K, L));
-    Tensor gAg = local_tile(mAg, TileShapeHalf{}, make_coord(_, _, _), Step<_1, X, _1>{});
-    Tensor gAu = local_tile(mAu, TileShapeHalf{}, make_coord(_, _, _), Step<_1, X, _1>{});
-    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    return cute::make_tuple(gAg, gAu, gB);
+    auto [gAg, gAu] = p.tma_load_gate_up.tiles(make_shape(H, K, L));
+    return cute::make_tuple(gAg, gAu,
+                            tma_producer::tiled<tma_producer::Operand::B, TileShape>(p.tma_load_b, make_shape(N, K, L)));
   }
 
   template <class TensorAg, class TensorAu, class TensorB, class KTileIterator, class BlockCoord>
@@ -160,47 +131,25 @@ struct SwapAbMainloop : Base {
     static_assert(size(ClusterShape{}) == 1, "no multicast");
     int lane_predicate = cute::elect_one_sync();
     if (!lane_predicate) return;
-    auto* smem_a = shared_tensors.smem_A.data();
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
-    auto block_tma_ag = p.tma_load_ag.get_slice(0);
-    auto block_tma_au = p.tma_load_au.get_slice(0);
     auto block_tma_b = p.tma_load_b.get_slice(0);
     auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
-    Tensor gAg = get<0>(load_inputs)(_, _, m_coord, _, l_coord);  // (BH, BK, k)
-    Tensor gAu = get<1>(load_inputs)(_, _, m_coord, _, l_coord);
-    Tensor gB = get<2>(load_inputs)(_, _, n_coord, _, l_coord);   // (BN, BK, k)
-    Tensor tAgAg = block_tma_ag.partition_S(gAg);
-    Tensor tAgAu = block_tma_au.partition_S(gAu);
+    auto gate_up_loads = p.tma_load_gate_up.tile_loads(0, get<0>(load_inputs)(_, _, m_coord, _, l_coord),  // (BH, BK, k)
+                                                       get<1>(load_inputs)(_, _, m_coord, _, l_coord),
+                                                       shared_tensors.smem_A.data());
+    Tensor gB = get<2>(load_inputs)(_, _, n_coord, _, l_coord);  // (BN, BK, k)
     Tensor tBgB = block_tma_b.partition_S(gB);
     Tensor tBsB = block_tma_b.partition_D(sB);
-    Tensor sAg0 = make_tensor(make_smem_ptr(smem_a), SmemLayoutAHalf{});
-    Tensor sAu0 = make_tensor(make_smem_ptr(smem_a + kHalfElemsA), SmemLayoutAHalf{});
-    Tensor tAsAg0 = block_tma_ag.partition_D(sAg0);
-    Tensor tAsAu0 = block_tma_au.partition_D(sAu0);
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
-      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
-      int stage = smem_pipe_write.index();
-      int k = *k_tile_iter;
-      Tensor dAg = make_tensor(tAsAg0.data() + stage * kStageElemsA, tAsAg0.layout());
-      Tensor dAu = make_tensor(tAsAu0.data() + stage * kStageElemsA, tAsAu0.layout());
+    // k-tile k into stage `stage`, on the stage's transaction barrier:
+    auto issue = [&](auto& barrier, int k, int stage) {
       // The weights are read once: evict-first keeps L2 for h and the down projection.
-      copy(p.tma_load_ag.with(*tma_barrier, 0, TMA::CacheHintSm90::EVICT_FIRST), tAgAg(_, _, _, k), dAg);
-      copy(p.tma_load_au.with(*tma_barrier, 0, TMA::CacheHintSm90::EVICT_FIRST), tAgAu(_, _, _, k), dAu);
-      copy(p.tma_load_b.with(*tma_barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
+      p.tma_load_gate_up.copy(gate_up_loads, barrier, 0, TMA::CacheHintSm90::EVICT_FIRST, k, stage);
+      copy(p.tma_load_b.with(barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+    };
+    tma_producer::for_each_k_tile(pipeline, smem_pipe_write, k_tile_iter, k_tile_count, issue);
   }
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& p) {
-    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
-              static_cast<typename Base::Params const&>(p));
-  }
+  // The consumer is the stock one (Base::mma, not overridden): it reads only the stock
+  // Params these extend.
 };
 
 // Epilogue, register level: accumulator rows [0, 64) are the gate, [64, 128) the up of
@@ -215,24 +164,17 @@ struct SwapAbArguments {
   int approximate = 1;
 };
 
-template <class Element_>
-class SwapAbEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SwapAbArguments<Element_>,
-                                                             cute::Stride<cute::Int<1>, int64_t, int64_t>> {
-  using Base = sm90_epilogue::RegisterEpilogue<Element_, SwapAbArguments<Element_>,
-                                               cute::Stride<cute::Int<1>, int64_t, int64_t>>;
-  using Base::params;
+template <class Element>
+class SwapAbEpilogue : public sm90_epilogue::RegisterEpilogue<SwapAbEpilogue<Element>,
+                                                              Element, SwapAbArguments<Element>,
+                                                              sm90_epilogue::StrideTransposed> {
+  using SwapAbEpilogue::RegisterEpilogue::params;
 
  public:
-  using Element = Element_;
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-  CUTLASS_HOST_DEVICE SwapAbEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
-                                 int thread_idx, char*) {
+  using SwapAbEpilogue::RegisterEpilogue::RegisterEpilogue;
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void store_tile(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
+                                 Accumulators const& acc, TiledMma tiled_mma, int thread_idx) {
     if (params.approximate) {
       apply<true>(problem_shape_mnkl, blk_coord_mnkl, acc, tiled_mma, thread_idx);
     } else {

@@ -89,6 +89,28 @@ __device__ __forceinline__ float gelu(float x) {
   }
 }
 
+// The GEMM epilogues' gelu (GegluEpilogue, Fp8GegluEpilogue): x sigmoid(a) =
+// x / (1 + 2^(-a log2 e)), one ex2 and one rcp (both MUFU, ~2 ulp, flushing denormals)
+// after a few FMA-pipe ops, a = 2u for the tanh form, the normal CDF's log-odds for the
+// exact one. For x < ~-10 the exponential overflows to +inf and x * rcp(inf) = -0, the
+// limit; there is no cancellation anywhere. Same math as `gelu` above, other instructions
+// (hence other last bits): each kernel keeps the form its results were verified with.
+template <bool kTanh>
+__device__ __forceinline__ float gelu_ex2_rcp(float x) {
+  float na;  // -a log2(e)
+  if constexpr (kTanh) {
+    constexpr float c0 = -kTwoULog2E;
+    constexpr float c1 = -kTwoULog2E * kKappa;
+    na = x * fmaf(c1, x * x, c0);
+  } else {
+    na = -normal_cdf_log2_odds(x);
+  }
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(na));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  return x * r;
+}
+
 // gelu(x) and d gelu / dx together (they share the expensive transcendental).
 template <bool kTanh>
 __device__ __forceinline__ void gelu_and_derivative(float x, float &value, float &derivative) {

@@ -68,12 +68,9 @@ struct LaunchArgs {  // the params-cache key: zeroed, padding included, before i
 };
 
 template <class Gemm>
-int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Kernel = typename Gemm::Kernel;
-  using Element = typename Kernel::ElementA;
-  auto make_arguments = [device, sm_count](LaunchArgs const& a) {
-    typename Kernel::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+int run(LaunchArgs const& a, cudaStream_t stream) {
+  using Element = typename Gemm::Kernel::ElementA;
+  auto fill = [](auto& args, LaunchArgs const& a) {
     args.problem_shape = make_shape(int(a.M), int(a.N), int(a.K), 1);
     args.mainloop.ptr_A = static_cast<Element const*>(a.x);
     args.mainloop.dA = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
@@ -83,14 +80,10 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
     args.epilogue.ldo = a.ldo;
     args.epilogue.bias_g = static_cast<Element const*>(a.bias);
     args.epilogue.approximate = a.approximate;
-    args.hw_info.device_id = device;
-    args.hw_info.sm_count = sm_count;
-    return args;
   };
   constexpr int cm = size<0>(typename Gemm::ClusterShape{});
   constexpr int cn = size<1>(typename Gemm::ClusterShape{});
-  return sm90_launcher::status_of(
-      sm90_launcher::Runner<Kernel, cm, cn, LaunchArgs>::run(a, device, stream, make_arguments));
+  return sm90_launcher::launch_gemm_on_current_device<typename Gemm::Kernel, cm, cn>(a, stream, fill);
 }
 
 using cutlass::gemm::KernelTmaWarpSpecializedPingpong;
@@ -109,9 +102,7 @@ extern "C" {
 int linear_gelu_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                      const void* w, int64_t N, int64_t ldw, const void* bias,
                      void* out, int64_t ldo, int dtype, int approximate, void* stream) {
-  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
-  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
-  if (M < 0 || K < 1 || N < 1 || M > kMax || K > kMax || N > kMax) return GEGLU_SM90_ERR_SHAPE;
+  if (int status = sm90_launcher::check_dtype_and_extents(dtype, M, N, K)) return status;
   if (ldx < K || ldw < K || ldo < N) return GEGLU_SM90_ERR_SHAPE;
   if (M == 0) return GEGLU_SM90_OK;
   const int64_t elem = 2;
@@ -122,29 +113,15 @@ int linear_gelu_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   if (misaligned(x) || misaligned(w) || misaligned(out) || (reinterpret_cast<uintptr_t>(bias) & 3u)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
-
   bias_gelu_gemm::LaunchArgs a;
   std::memset(&a, 0, sizeof a);
-  a.x = x;
-  a.w = w;
-  a.bias = bias;
-  a.out = out;
-  a.M = M;
-  a.K = K;
-  a.N = N;
-  a.ldx = ldx;
-  a.ldw = ldw;
-  a.ldo = ldo;
+  a.x = x, a.w = w, a.bias = bias, a.out = out;
+  a.M = M, a.K = K, a.N = N, a.ldx = ldx, a.ldw = ldw, a.ldo = ldo;
   a.approximate = approximate != 0;
   auto s = static_cast<cudaStream_t>(stream);
-  const int sm = info->sm_count;
   using namespace bias_gelu_gemm;
-  if (dtype == GEGLU_SM90_BF16) return run<LinearGelu128x128<cutlass::bfloat16_t>>(a, device, sm, s);
-  return run<LinearGelu128x128<cutlass::half_t>>(a, device, sm, s);
+  if (dtype == GEGLU_SM90_BF16) return run<LinearGelu128x128<cutlass::bfloat16_t>>(a, s);
+  return run<LinearGelu128x128<cutlass::half_t>>(a, s);
 }
 
 }  // extern "C"

@@ -14,9 +14,7 @@
 
 #include "sm90_status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GEGLU_SM90_BEGIN_C_DECLS
 
 // approximate: nonzero = tanh form, 0 = exact. Returns GEGLU_SM90_OK or a status
 // geglu_gemm_sm90_status_string() describes (nothing was launched; the CUDA error of
@@ -25,6 +23,4 @@ int linear_gelu_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                      const void* w, int64_t N, int64_t ldw, const void* bias,
                      void* out, int64_t ldo, int dtype, int approximate, void* stream);
 
-#ifdef __cplusplus
-}
-#endif
+GEGLU_SM90_END_C_DECLS

@@ -53,10 +53,7 @@ struct LaunchArgs {
 
 template <class Element>
 int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Kernel = typename SplitKGemm<Element>::Kernel;
-  auto make_arguments = [device, sm_count](LaunchArgs const& a) {
-    typename Kernel::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  auto fill = [](auto& args, LaunchArgs const& a) {
     const int64_t k_tiles = (a.K + kTileK - 1) / kTileK;
     const int per_split = int((k_tiles + a.splits - 1) / a.splits);
     args.problem_shape = make_shape(int(a.N), int(a.M), per_split * kTileK, a.splits);
@@ -74,11 +71,8 @@ int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
     ep.ldr = a.ldr;
     ep.out = static_cast<Element*>(a.out);
     ep.ldo = a.ldo;
-    args.hw_info.device_id = device;
-    args.hw_info.sm_count = sm_count;
-    return args;
   };
-  return sm90_launcher::status_of(sm90_launcher::Runner<Kernel, 1, 1, LaunchArgs>::run(a, device, stream, make_arguments));
+  return sm90_launcher::launch_gemm<typename SplitKGemm<Element>::Kernel>(a, device, sm_count, stream, fill);
 }
 
 }  // namespace linear_swapab
@@ -94,9 +88,7 @@ extern "C" int geglu_linear_swapab_sm90(const void* x, int64_t M, int64_t K, int
                                         const void* bias, const void* residual, int64_t ldr, void* out, int64_t N,
                                         int64_t ldo, void* workspace, int64_t workspace_bytes, int dtype,
                                         void* stream) {
-  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
-  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
-  if (M < 0 || K < 1 || N < 1 || M > kMax || K > kMax || N > kMax) return GEGLU_SM90_ERR_SHAPE;
+  if (int status = sm90_launcher::check_dtype_and_extents(dtype, M, N, K)) return status;
   if (ldx < K || ldw < K || ldo < N || (residual != nullptr && ldr < N)) return GEGLU_SM90_ERR_SHAPE;
   if (M == 0) return GEGLU_SM90_OK;
   if ((K * 2) % 16 || (ldx * 2) % 16 || (ldw * 2) % 16) return GEGLU_SM90_ERR_STRIDE;

@@ -41,6 +41,7 @@
 
 #include "register_epilogue.cuh"
 #include "swapab_collective.cuh"
+#include "tma_producer.cuh"
 
 namespace linear_swapab {
 
@@ -91,9 +92,7 @@ struct SplitKMainloop : Base {
                                         typename Base::SmemLayoutA{}(_, _, Int<0>{}), TileShape{}, ClusterShape{});
     p.tma_load_b = make_tma_copy_B_sm90(typename Base::GmemTiledCopyB{}, tensor_b,
                                         typename Base::SmemLayoutB{}(_, _, Int<0>{}), TileShape{}, ClusterShape{});
-    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;
-    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;
-    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    tma_producer::set_stage_transaction_bytes<Base>(p);
     p.K = args.K;
     return p;
   }
@@ -117,13 +116,10 @@ struct SplitKMainloop : Base {
   // split, l the split (the kernel takes its k-tile count from mode 3 of gA).
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL, Params const& p) const {
-    using X = Underscore;
     auto [N, M, Ks, S] = problem_shape_MNKL;
     const int per_split = int(Ks) / size<2>(TileShape{});
-    Tensor mA = p.tma_load_a.get_tma_tensor(make_shape(N, p.K, 1));
-    Tensor mB = p.tma_load_b.get_tma_tensor(make_shape(M, p.K, 1));
-    Tensor gA = local_tile(mA, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{});
-    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});
+    Tensor gA = tma_producer::tiled<tma_producer::Operand::A, TileShape>(p.tma_load_a, make_shape(N, p.K, 1));
+    Tensor gB = tma_producer::tiled<tma_producer::Operand::B, TileShape>(p.tma_load_b, make_shape(M, p.K, 1));
     return cute::make_tuple(split_k(gA, per_split, int(S)), split_k(gB, per_split, int(S)));
   }
 
@@ -149,18 +145,12 @@ struct SplitKMainloop : Base {
     Tensor tAsA = block_tma_a.partition_D(sA);
     Tensor tBgB = block_tma_b.partition_S(gB);
     Tensor tBsB = block_tma_b.partition_D(sB);
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      using BarrierType = typename MainloopPipeline::ProducerBarrierType;
-      BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
-      int stage = smem_pipe_write.index();
-      int k = *k_tile_iter;
-      copy(p.tma_load_a.with(*tma_barrier, 0, TMA::CacheHintSm90::EVICT_FIRST), tAgA(_, _, _, k), tAsA(_, _, _, stage));
-      copy(p.tma_load_b.with(*tma_barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
+    // k-tile k into stage `stage`, on the stage's transaction barrier:
+    auto issue = [&](auto& barrier, int k, int stage) {
+      copy(p.tma_load_a.with(barrier, 0, TMA::CacheHintSm90::EVICT_FIRST), tAgA(_, _, _, k), tAsA(_, _, _, stage));
+      copy(p.tma_load_b.with(barrier, 0), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+    };
+    tma_producer::for_each_k_tile(pipeline, smem_pipe_write, k_tile_iter, k_tile_count, issue);
   }
 };
 
@@ -180,24 +170,17 @@ struct SplitKArguments {
   int64_t ldo = 0;
 };
 
-template <class Element_>
-class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
-                                                             cute::Stride<cute::Int<1>, int64_t, int64_t>> {
-  using Base = sm90_epilogue::RegisterEpilogue<Element_, SplitKArguments<Element_>,
-                                               cute::Stride<cute::Int<1>, int64_t, int64_t>>;
-  using Base::params;
+template <class Element>
+class SplitKEpilogue : public sm90_epilogue::RegisterEpilogue<SplitKEpilogue<Element>,
+                                                              Element, SplitKArguments<Element>,
+                                                              sm90_epilogue::StrideTransposed> {
+  using SplitKEpilogue::RegisterEpilogue::params;
 
  public:
-  using Element = Element_;
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-  CUTLASS_HOST_DEVICE SplitKEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK,
-                                 int thread_idx, char*) {
+  using SplitKEpilogue::RegisterEpilogue::RegisterEpilogue;
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void store_tile(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK, BlockCoordMNKL blk_coord_mnkl,
+                                 Accumulators const& acc, TiledMma tiled_mma, int thread_idx) {
     constexpr int kThreads = 128;  // the consumer warpgroup that owns the tile
     static_assert(kTileRows == 4 * 32 && kTileTokens == 4 * (kThreads / 32), "the reduction's thread map");
     const int N = int(get<0>(problem_shape_mnkl));

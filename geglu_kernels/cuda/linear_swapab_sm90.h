@@ -1,39 +1,32 @@
 #pragma once
-// The down projection of a GeGLU MLP for a few tokens on Hopper (sm_90a), plain C ABI (no
-// torch, no CUDA headers): the weights on the wgmma's 128-row side, the tokens on its
+// The down projection of a GeGLU MLP for a few tokens on Hopper (sm_90a), plain C ABI
+// (the conventions of sm90_status.h): the weights on the wgmma's 128-row side, the tokens on its
 // 16-wide side, K split so that every SM streams weights (linear_swapab_sm90.cu has the
 // design, docs/DESIGN.md the measurements).
 //
 //   out[m, n] = x[m] . W[n] + bias[n] + residual[m, n]
 //
-// x [M, K] (row stride ldx), W [N, K] row-major (nn.Linear layout, row stride ldw), out
-// [M, N] (row stride ldo); strides in elements. bias [N] and residual [M, N] (row stride
-// ldr) may be NULL. bf16 or fp16 storage, float32 accumulation; the K splits' float32
+// x [M, K] (row stride ldx), W [N, K] (row stride ldw), out [M, N] (row stride ldo).
+// bias [N] and residual [M, N] (row stride ldr) may be NULL. The K splits' float32
 // partial sums go to `workspace`, and the last split of each output tile to finish adds
 // them in split order (the result is the same on every call), with the bias and the
-// residual, one rounding per output.
+// residual.
 //
-// Asynchronous on `stream` (a cudaStream_t) and CUDA-graph capturable. The first call on
-// a stream, and the first of each CUDA-graph capture, allocates its tile arrival counters
-// (4 KB and up, kept for the process) and zeroes them on a private stream, synchronously,
-// outside the capture under way; every other call neither allocates nor synchronizes.
-// Calls on different streams and replays of different graphs may run at the same time.
-// The first call also sets the kernel's shared-memory attribute. Returns GEGLU_SM90_OK
-// (geglu_gemm_sm90.h's codes; also for M == 0) or, having launched nothing, a status for
-// geglu_gemm_sm90_status_string().
+// Allocation: the first call on a stream, and the first of each CUDA-graph capture,
+// allocates its tile arrival counters (4 KB and up, kept for the process) and zeroes them
+// on a private stream, synchronously, outside the capture under way; every other call
+// neither allocates nor synchronizes. Calls on different streams and replays of different
+// graphs may run at the same time.
 //
 // Supported: any M >= 0 (a tile per 16 tokens), K >= 1 and N >= 1 (each < 2^31); K, ldx
 // and ldw multiples of 8 elements with x and W 16-byte aligned (out, the bias and the
 // residual need element alignment); workspace 16-byte aligned with at least
-// geglu_linear_swapab_sm90_workspace_bytes(M, K, N) bytes; a device of compute
-// capability 9.0.
+// geglu_linear_swapab_sm90_workspace_bytes(M, K, N) bytes.
 #include <stdint.h>
 
 #include "sm90_status.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+GEGLU_SM90_BEGIN_C_DECLS
 
 // The workspace a call of these sizes needs on the current device (its SM count picks the
 // split of K); 0 where the device is not compute capability 9.0.
@@ -46,6 +39,4 @@ int geglu_linear_swapab_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                              void* workspace, int64_t workspace_bytes,
                              int dtype, void* stream);
 
-#ifdef __cplusplus
-}
-#endif
+GEGLU_SM90_END_C_DECLS

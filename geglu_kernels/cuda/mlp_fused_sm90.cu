@@ -45,6 +45,7 @@
 #include "mlp_fused_sm90.h"
 #include "sm90_launcher.cuh"
 #include "tile_counters.h"
+#include "tma_producer.cuh"
 
 namespace mlp_fused {
 
@@ -106,9 +107,7 @@ struct FusedMainloop : Base {
     p.gate_up = GateUp::to_underlying_arguments(make_shape(2 * args.H, args.M, args.D, 1), args.gate_up, workspace);
     p.down = Down::to_underlying_arguments(
         make_shape(args.D, args.M, args.units.k_tiles * kTileK, args.units.splits), args.down, workspace);
-    p.tma_transaction_bytes_mk = Base::TmaTransactionBytesMK;
-    p.tma_transaction_bytes_nk = Base::TmaTransactionBytesNK;
-    p.tma_transaction_bytes = Base::TmaTransactionBytesMK + Base::TmaTransactionBytesNK;
+    tma_producer::set_stage_transaction_bytes<Base>(p);
     p.H = args.H, p.D = args.D, p.M = args.M;
     p.units = args.units;
     p.ready = args.ready;
@@ -222,13 +221,8 @@ struct FusedMainloop : Base {
     load_down(p, pipeline, smem_pipe_write, get<3>(in), get<4>(in), d % p.units.down_tiles, n,
               d / p.units.down_tiles, k_tile_iter, k_tile_count, shared_tensors);
   }
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& p) {
-    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors,
-              static_cast<typename Base::Params const&>(p));
-  }
+  // The consumer is the stock one (Base::mma, not overridden): it reads only the stock
+  // Params these extend.
 };
 
 template <class Element>
@@ -242,31 +236,23 @@ struct FusedArguments {
 
 // The gate/up units' epilogue (h, then the release of the split's count) or the split-K
 // one, by unit.
-template <class Element_>
-class FusedEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>,
-                                                            cute::Stride<cute::Int<1>, int64_t, int64_t>> {
-  using Base = sm90_epilogue::RegisterEpilogue<Element_, FusedArguments<Element_>,
-                                               cute::Stride<cute::Int<1>, int64_t, int64_t>>;
-  using Base::params;
+template <class Element>
+class FusedEpilogue : public sm90_epilogue::RegisterEpilogue<FusedEpilogue<Element>, Element,
+                                                             FusedArguments<Element>, sm90_epilogue::StrideTransposed> {
+  using FusedEpilogue::RegisterEpilogue::params;
 
  public:
-  using Element = Element_;
-  using typename Base::Params;
-  using typename Base::SharedStorage;
-  CUTLASS_HOST_DEVICE FusedEpilogue(Params const& params_, SharedStorage const& = SharedStorage()) : Base(params_) {}
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL, BlockShapeMNK blk_shape, BlockCoordMNKL blk_coord_mnkl,
-                                 cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma, ResidueMNK residue,
-                                 int thread_idx, char* smem) {
+  using FusedEpilogue::RegisterEpilogue::RegisterEpilogue;
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void store_tile(ProblemShapeMNKL, BlockShapeMNK blk_shape, BlockCoordMNKL blk_coord_mnkl,
+                                 Accumulators const& acc, TiledMma tiled_mma, int thread_idx) {
     constexpr int kThreads = 128;  // the consumer warpgroup that owns the unit
     const int unit = int(get<3>(blk_coord_mnkl)), n = int(get<1>(blk_coord_mnkl));
     Units const& u = params.units;
     if (unit < u.gate_up) {
       geglu_swapab::SwapAbEpilogue<Element> gate_up(params.gate_up);
-      gate_up(make_shape(2 * params.H, params.M, params.D, 1), blk_shape, make_coord(unit, n, 0, 0), acc, tiled_mma,
-              residue, thread_idx, smem);
+      gate_up.store_tile(make_shape(2 * params.H, params.M, params.D, 1), blk_shape, make_coord(unit, n, 0, 0), acc,
+                         tiled_mma, thread_idx);
       // Each thread's h stores, then the warpgroup's barrier, then thread 0's release.
       asm volatile("fence.proxy.async.global;" ::: "memory");
       const uint32_t barrier_id = uint32_t(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) +
@@ -280,8 +266,8 @@ class FusedEpilogue : public sm90_epilogue::RegisterEpilogue<Element_, FusedArgu
     }
     const int d = unit - u.gate_up;
     linear_swapab::SplitKEpilogue<Element> down(params.down);
-    down(make_shape(params.D, params.M, u.k_tiles * kTileK, u.splits), blk_shape,
-         make_coord(d % u.down_tiles, n, 0, d / u.down_tiles), acc, tiled_mma, residue, thread_idx, smem);
+    down.store_tile(make_shape(params.D, params.M, u.k_tiles * kTileK, u.splits), blk_shape,
+                    make_coord(d % u.down_tiles, n, 0, d / u.down_tiles), acc, tiled_mma, thread_idx);
   }
 };
 
@@ -397,9 +383,8 @@ extern "C" int geglu_mlp_fused_sm90(const void* x, int64_t M, int64_t D, int64_t
                                     int64_t ldr, void* h, int64_t H, int64_t ldh, void* out, int64_t ldo,
                                     void* workspace, int64_t workspace_bytes, int dtype, int approximate,
                                     void* stream) {
-  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
-  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
-  if (M < 0 || D < 1 || H < 1 || M > kMax || 2 * H > kMax || D > kMax) return GEGLU_SM90_ERR_SHAPE;
+  // 2H: the gate/up units' problem M (int32).
+  if (int status = sm90_launcher::check_dtype_and_extents(dtype, M, 2 * H, D)) return status;
   if (ldx < D || ldw < D || ldwd < H || ldh < H || ldo < D || (residual != nullptr && ldr < D)) {
     return GEGLU_SM90_ERR_SHAPE;
   }

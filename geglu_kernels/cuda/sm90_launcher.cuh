@@ -1,9 +1,9 @@
 #pragma once
 // What the Hopper GEMM launchers share (geglu_gemm_sm90.cu, linear_gelu_sm90.cu, ...): the
-// device query, the CUDA-error slot of the C ABIs, and the launch of a CUTLASS 3.x
-// GemmUniversal kernel with a small host-side cache of its built params (TMA
-// descriptors are encoded on the host, ~microseconds each; a decode step calls the
-// same shapes over and over).
+// device query, the CUDA-error slot of the C ABIs, the checks their bf16/fp16 ABIs start
+// with, and the launch of a CUTLASS 3.x GemmUniversal kernel with a small host-side cache
+// of its built params (TMA descriptors are encoded on the host, ~microseconds each; a
+// decode step calls the same shapes over and over).
 //
 // Host code; include after the CUTLASS headers.
 
@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "cutlass/device_kernel.h"
+#include "cutlass/gemm/gemm.h"
 
 #include "sm90_status.h"
 
@@ -66,6 +67,18 @@ inline void record_cuda_error(cudaError_t e) {
 }
 
 enum class Launch { kOk, kRejected, kCudaError };
+
+inline int status_of(Launch launch);  // below
+
+// The checks a bf16/fp16 launcher starts with: the dtype, and a problem M x N x K whose
+// extents fit the kernels' int32 problem shape (M may be 0: nothing to do; N is 2H for
+// the gate/up kernels, whose accumulator holds both halves). GEGLU_SM90_OK or the error.
+inline int check_dtype_and_extents(int dtype, int64_t M, int64_t N, int64_t K) {
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+  if (M < 0 || K < 1 || N < 1 || M > kMax || K > kMax || N > kMax) return GEGLU_SM90_ERR_SHAPE;
+  return GEGLU_SM90_OK;
+}
 
 // In an unnamed namespace: its static cache and attribute flags would otherwise be GNU
 // unique symbols, which the dynamic loader binds once per process, so two builds of
@@ -186,6 +199,50 @@ struct Runner {
     return Launch::kOk;
   }
 };
+
+// Kernel::Arguments for a launch key: the mode and the device filled here, the rest by
+// fill(args, key).
+template <class Kernel, class Fill>
+auto gemm_arguments(int device, int sm_count, Fill const& fill) {
+  return [device, sm_count, &fill](auto const& key) {
+    typename Kernel::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.hw_info.device_id = device;
+    args.hw_info.sm_count = sm_count;
+    fill(args, key);
+    return args;
+  };
+}
+
+// Launches Kernel (a GemmUniversal) for `a` on device `device` with the arguments every
+// launcher here gives it (kGemm mode, the device and its SM count for the persistent
+// grid); fill(args, a) sets the rest (problem shape, mainloop, epilogue, scheduler) and is
+// called on a params-cache miss only. Returns a GEGLU_SM90_* status.
+template <class Kernel, int ClusterM = 1, int ClusterN = 1, class LaunchArgs, class Fill>
+int launch_gemm(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream, Fill&& fill,
+                void* workspace = nullptr) {
+  return status_of(Runner<Kernel, ClusterM, ClusterN, LaunchArgs>::run(
+      a, device, stream, gemm_arguments<Kernel>(device, sm_count, fill), workspace));
+}
+
+// launch_gemm on the current device, GEGLU_SM90_ERR_DEVICE when it is not an sm_90 one:
+// for the launchers whose key and kernel choice do not depend on the device.
+template <class Kernel, int ClusterM = 1, int ClusterN = 1, class LaunchArgs, class Fill>
+int launch_gemm_on_current_device(LaunchArgs const& a, cudaStream_t stream, Fill&& fill, void* workspace = nullptr) {
+  int device = 0;
+  DeviceInfo const* info = current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  return launch_gemm<Kernel, ClusterM, ClusterN>(a, device, info->sm_count, stream, fill, workspace);
+}
+
+// The workspace launch_gemm_on_current_device's `workspace` needs for `a` (0 off sm_90).
+template <class Kernel, class LaunchArgs, class Fill>
+size_t gemm_workspace_bytes_on_current_device(LaunchArgs const& a, Fill&& fill) {
+  int device = 0;
+  DeviceInfo const* info = current_sm90_device(&device);
+  if (info == nullptr) return 0;
+  return Kernel::get_workspace_size(gemm_arguments<Kernel>(device, info->sm_count, fill)(a));
+}
 
 }  // namespace
 

@@ -1,13 +1,33 @@
 #pragma once
 // What every Hopper C ABI here shares (geglu_gemm_sm90.h, geglu_swapab_sm90.h,
-// decode_sm90.h, linear_swapab_sm90.h, mlp_fused_sm90.h, linear_gelu_sm90.h): the status
-// codes the launchers return, the dtype values they take, and the two functions that
-// describe a status (defined in geglu_gemm_sm90.cu). Plain C, no torch, no CUDA headers.
+// decode_sm90.h, linear_swapab_sm90.h, mlp_fused_sm90.h, linear_gelu_sm90.h,
+// fp8_mlp_sm90.h): the conventions below, the status codes the launchers return, the
+// dtype values they take, and the two functions that describe a status (defined in
+// geglu_gemm_sm90.cu). Plain C, no torch, no CUDA headers. Each header says what its
+// entries compute and what they support beyond these conventions:
+// - Matrices are row-major with row strides in elements (ldx, ldw, ...); weights are in
+//   the nn.Linear layout [out features, in features]. Storage is bf16 or fp16 (`dtype`),
+//   unless a header says otherwise, with float32 accumulation and epilogue math and one
+//   rounding per output.
+// - A call is asynchronous on `stream` (a cudaStream_t): no host synchronization, no
+//   device allocation unless its header says so, CUDA-graph capturable. The first call of
+//   a CUTLASS kernel sets its shared-memory attribute: make one call before capturing.
+// - It returns GEGLU_SM90_OK on success, also for M == 0 (nothing to do). Any other
+//   status means nothing was launched and the caller falls back;
+//   geglu_gemm_sm90_status_string() describes it.
+// - It needs a current device of compute capability 9.0 (else GEGLU_SM90_ERR_DEVICE).
 #include <stdint.h>
 
+// The C linkage of the ABIs' declarations, for C and C++ includers alike.
 #ifdef __cplusplus
-extern "C" {
+#define GEGLU_SM90_BEGIN_C_DECLS extern "C" {
+#define GEGLU_SM90_END_C_DECLS }
+#else
+#define GEGLU_SM90_BEGIN_C_DECLS
+#define GEGLU_SM90_END_C_DECLS
 #endif
+
+GEGLU_SM90_BEGIN_C_DECLS
 
 enum {
   GEGLU_SM90_OK = 0,
@@ -30,6 +50,4 @@ const char* geglu_gemm_sm90_status_string(int status);
 // clears it from the CUDA runtime's last-error slot).
 int geglu_gemm_sm90_last_cuda_error(void);
 
-#ifdef __cplusplus
-}
-#endif
+GEGLU_SM90_END_C_DECLS

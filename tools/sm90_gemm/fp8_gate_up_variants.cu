@@ -7,10 +7,16 @@
 #include "fp8_mlp_sm90.cu"
 
 namespace fp8_sm90 {
-// Stream-K on the gate/up (lost at decode: 81.1 against Pingpong's 72.9 us, Gemma-7B, 16
-// tokens, H100; the down projection's gain did not carry over).
-using GateUpStreamK = GateUpGemm<128, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum, 4,
-                                 cutlass::gemm::StreamKScheduler>;
+// Stream-K on the gate/up: lost at decode (81.1 against Pingpong's 72.9 us, Gemma-7B, 16
+// tokens, H100, 2026-11-27); the down projection's gain did not carry over.
+template <int BM, class KernelSchedule, int Stages>
+struct GateUpStreamKGemm : GateUpGemm<BM, KernelSchedule, Stages> {
+  using Base = GateUpGemm<BM, KernelSchedule, Stages>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, typename Base::Mainloop,
+                                                      typename Base::CollectiveEpilogue,
+                                                      cutlass::gemm::StreamKScheduler>;
+};
+using GateUpStreamK = GateUpStreamKGemm<128, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum, 4>;
 
 struct GateUpStreamKArgs : GateUpArgs {
   void* workspace;
@@ -22,9 +28,6 @@ extern "C" int geglu_fp8_sm90_gate_up_variant(int variant, const void* xq, const
                                               const float* su, int64_t H, void* hq, float* sh, int64_t ld_sh,
                                               int approximate, void* workspace, void* stream) {
   using namespace fp8_sm90;
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   GateUpArgs a;
   std::memset(&a, 0, sizeof(a));
   a.xq = xq; a.sx = sx; a.ld_sx = ld_sx; a.M = M; a.K = K;
@@ -36,24 +39,19 @@ extern "C" int geglu_fp8_sm90_gate_up_variant(int variant, const void* xq, const
     std::memset(&b, 0, sizeof(b));
     static_cast<GateUpArgs&>(b) = a;
     b.workspace = workspace;
-    auto make = [mk = gate_up_arguments<GateUpStreamK>(device, info->sm_count)](GateUpStreamKArgs const& x) {
-      return mk(x);
-    };
-    using Runner = sm90_launcher::Runner<GateUpStreamK::Kernel, 1, 1, GateUpStreamKArgs>;
-    if (Runner::workspace_bytes(b, make) > (size_t(64) << 20)) return GEGLU_SM90_ERR_SHAPE;  // the harness's 64 MiB
-    return sm90_launcher::status_of(Runner::run(b, device, s, make, workspace));
+    auto fill = [](auto& args, GateUpStreamKArgs const& key) { FillGateUp{}(args, key); };
+    if (sm90_launcher::gemm_workspace_bytes_on_current_device<GateUpStreamK::Kernel>(b, fill) > (size_t(64) << 20)) {
+      return GEGLU_SM90_ERR_SHAPE;  // over the harness's 64 MiB
+    }
+    return sm90_launcher::launch_gemm_on_current_device<GateUpStreamK::Kernel>(b, s, fill, workspace);
   }
-  return variant == 1 ? run_gate_up<GateUpPingpong>(a, device, info->sm_count, s)
-                      : run_gate_up<GateUpCooperative>(a, device, info->sm_count, s);
+  return variant == 1 ? run_gate_up<GateUpPingpong>(a, s) : run_gate_up<GateUpCooperative>(a, s);
 }
 
 extern "C" int geglu_fp8_sm90_down_variant(int variant, const void* hq, const float* sh, int64_t ld_sh, int64_t M,
                                            int64_t H, const void* wd, const float* sd, int64_t N, const void* residual,
                                            void* out, void* workspace, void* stream) {
   using namespace fp8_sm90;
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   DownArgs a;
   std::memset(&a, 0, sizeof(a));
   a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.M = M; a.H = H;
@@ -61,7 +59,7 @@ extern "C" int geglu_fp8_sm90_down_variant(int variant, const void* hq, const fl
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (variant == 1) {
     a.workspace = workspace;
-    return run_down<DownStreamK<cutlass::bfloat16_t>>(a, device, info->sm_count, s);
+    return run_down<DownStreamK<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s);
   }
-  return run_down<Down<cutlass::bfloat16_t>>(a, device, info->sm_count, s);
+  return run_down<Down<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s);
 }

@@ -41,8 +41,8 @@ import torch.nn.functional as F
 
 from ._checks import check_approximate, check_same_device, check_shape, check_tensor
 from ._fastpath import PLAIN_TYPES, all_plain
-from ._ops import add_op_namespace_prefix, ops
-from .linear import _refused_by_dispatcher
+from ._ops import ops
+from .linear import _refused_by_dispatcher, _register_fakes
 
 Tensor = torch.Tensor
 
@@ -217,10 +217,7 @@ def _geglu_mlp_fp8_fake(x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_dow
 
 
 if _HAS_NATIVE_FP8:
-    try:
-        torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_fp8"), _geglu_mlp_fp8_fake)
-    except RuntimeError:  # a second import of the same build: registered by the first
-        pass
+    _register_fakes({"_geglu_mlp_fp8": _geglu_mlp_fp8_fake})
 
 
 def _dense(t):

@@ -178,6 +178,17 @@ _NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "_geglu_mlp") els
 _NATIVE_MLP_FLAG = next((f"is_{t}" for t in sorted(_NATIVE_MLP_DEVICE_TYPES)), None)
 
 
+def _register_fakes(fakes) -> None:
+    """Registers the fake (shape) functions of this build's native ops, {op name: function}.
+    A second import of the same build finds them registered by the first (torch raises
+    RuntimeError) and keeps those."""
+    for name, fake in fakes.items():
+        try:
+            torch.library.register_fake(add_op_namespace_prefix(name), fake)
+        except RuntimeError:
+            pass
+
+
 def _geglu_mlp_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate):
     """Shapes of _geglu_mlp under torch.compile / fake tensors, checked as the C++ op checks
     (so a bad call fails at trace time with the same message)."""
@@ -186,10 +197,7 @@ def _geglu_mlp_fake(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, app
 
 
 if _NATIVE_MLP_DEVICE_TYPES:
-    try:
-        torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp"), _geglu_mlp_fake)
-    except RuntimeError:  # a second import of the same build: registered by the first
-        pass
+    _register_fakes({"_geglu_mlp": _geglu_mlp_fake})
 
 
 # The native module trains through `_GegluMlpTrain`: torch's stable ABI has no
@@ -292,13 +300,14 @@ def _linear_bias_gelu_fake(x, weight, bias, approximate):
 
 
 if _NATIVE_MLP_DEVICE_TYPES:
-    try:
-        torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_train"), _geglu_mlp_train_fake)
-        torch.library.register_fake(add_op_namespace_prefix("_geglu_mlp_backward"), _geglu_mlp_backward_fake)
-        torch.library.register_fake(add_op_namespace_prefix("_linear_bias_gelu"), _linear_bias_gelu_fake)
-        torch.library.register_fake(add_op_namespace_prefix("_geglu_linear"), _geglu_linear_fake)
-    except RuntimeError:  # a second import of the same build: registered by the first
-        pass
+    _register_fakes(
+        {
+            "_geglu_mlp_train": _geglu_mlp_train_fake,
+            "_geglu_mlp_backward": _geglu_mlp_backward_fake,
+            "_linear_bias_gelu": _linear_bias_gelu_fake,
+            "_geglu_linear": _geglu_linear_fake,
+        }
+    )
 
 
 def _native_call(x, tensors, approximate: str) -> bool:

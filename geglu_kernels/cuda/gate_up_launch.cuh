@@ -1,0 +1,62 @@
+#pragma once
+// What the two bf16/fp16 gate/up launchers share: geglu_gemm_sm90.cu (the engine) and
+// geglu_swapab_sm90.cu (swap-AB, a few tokens) take the same C arguments (their ABIs,
+// geglu_gemm_sm90.h and geglu_swapab_sm90.h, have one signature), hence one params-cache
+// key, the same shape checks, and the same GeGLU epilogue arguments (out, ldo, the two
+// biases, the GELU form). Their stride and alignment checks differ (16-byte vector stores
+// in the engine's epilogue, 2-byte ones in swap-AB's) and stay with each.
+//
+// Host code; include after sm90_launcher.cuh.
+
+#include <cstdint>
+#include <cstring>
+
+#include "sm90_launcher.cuh"
+
+namespace gate_up_launch {
+
+struct LaunchArgs {  // the params-cache key: zeroed, padding included, before it is filled
+  const void* x;
+  int64_t M, K, ldx;
+  const void* wg;
+  const void* wu;
+  int64_t ldw;
+  const void* bg;
+  const void* bu;
+  void* out;
+  int64_t H, ldo;
+  int approximate;
+  int swizzle;  // the engine's tile scheduler max_swizzle_size (1, 2, 4, 8); 0 in swap-AB
+  int raster;   // the engine's raster order: 0 heuristic, 1 along M, 2 along N
+};
+
+// The checks both ABIs start with (a caller with M == 0 then returns GEGLU_SM90_OK). 2H
+// is an int32 extent of the problem: its N in the engine, its M in swap-AB.
+inline int check_shapes(int dtype, int64_t M, int64_t K, int64_t H, int64_t ldx, int64_t ldw, int64_t ldo) {
+  if (int status = sm90_launcher::check_dtype_and_extents(dtype, M, 2 * H, K)) return status;
+  if (ldx < K || ldw < K || ldo < H) return GEGLU_SM90_ERR_SHAPE;
+  return GEGLU_SM90_OK;
+}
+
+// The key of one call, the ABI's arguments in its order (swizzle and raster 0).
+inline void make_key(LaunchArgs* a, const void* x, int64_t M, int64_t K, int64_t ldx, const void* w_gate,
+                     const void* w_up, int64_t ldw, const void* b_gate, const void* b_up, void* out, int64_t H,
+                     int64_t ldo, int approximate) {
+  std::memset(a, 0, sizeof *a);
+  a->x = x, a->M = M, a->K = K, a->ldx = ldx;
+  a->wg = w_gate, a->wu = w_up, a->ldw = ldw, a->bg = b_gate, a->bu = b_up;
+  a->out = out, a->H = H, a->ldo = ldo;
+  a->approximate = approximate ? 1 : 0;
+}
+
+// GegluEpilogueArguments or SwapAbArguments from the key.
+template <class Element, class EpilogueArguments>
+void set_epilogue(EpilogueArguments& ep, LaunchArgs const& a) {
+  ep.ptr_out = static_cast<Element*>(a.out);
+  ep.ldo = a.ldo;
+  ep.bias_g = static_cast<Element const*>(a.bg);
+  ep.bias_u = static_cast<Element const*>(a.bu);
+  ep.approximate = a.approximate;
+}
+
+}  // namespace gate_up_launch
