@@ -143,10 +143,10 @@ struct Down {
 
 // The routes by token count (H100, 2026-11-27, check_fp8_mlp_h100.log): at up to
 // kDecodeTokens, a weight read, the gate/up on Pingpong's 64-row tiles (Gemma-7B, 16
-// tokens: 72.9 us against Cooperative's 78.5 and stream-K's 81.1) and the down projection
-// stream-K (56.6 against 79.9: its 128-column tiles are 24 for 132 SMs, so K is split
-// across CTAs and the last of a tile sums the partials); above, Cooperative tiles (1116
-// against Pingpong's 1449 at Gemma-7B, 4096 tokens: its 64-row tiles read the weights
+// tokens: 72.5 us against Cooperative's 77.8 and stream-K's 81.5) and the down projection
+// stream-K (57.1 against 79.3: its 128-column tiles are 24 for 132 SMs, so K is split
+// across CTAs and the last of a tile sums the partials); above, Cooperative tiles (1078
+// against Pingpong's 1462 at Gemma-7B, 4096 tokens: its 64-row tiles read the weights
 // twice as often) and a data-parallel down projection.
 constexpr int64_t kDecodeTokens = 64;
 template <class Element>

@@ -7,7 +7,7 @@
 #include "fp8_mlp_sm90.cu"
 
 namespace fp8_sm90 {
-// Stream-K on the gate/up: lost at decode (81.1 against Pingpong's 72.9 us, Gemma-7B, 16
+// Stream-K on the gate/up: lost at decode (81.5 against Pingpong's 72.5 us, Gemma-7B, 16
 // tokens, H100, 2026-11-27); the down projection's gain did not carry over.
 template <int BM, class KernelSchedule, int Stages>
 struct GateUpStreamKGemm : GateUpGemm<BM, KernelSchedule, Stages> {
