@@ -9,10 +9,10 @@
 // `weight_scale_inv`). h leaves as e4m3 [M, H] with its own 1x128 group scales
 // (sh[h / 128][m], the layout the down GEMM's A scales take).
 //
-// CTA tile 128 x (128 gate + 128 up) x 128: one 128-column block of h per tile, so a
+// CTA tile BM x (128 gate + 128 up) x 128: one 128-column block of h per tile, so a
 // row of the tile's h is exactly one quantization group and its scale is computed in
-// registers (a max over the quad of threads that share the row). Two consumer warp
-// groups (Cooperative), 64 rows each.
+// registers (a max over the quad of threads that share the row). 64 rows per consumer
+// warp group: Cooperative 128-row tiles, or Pingpong 64-row ones (fp8_mlp_sm90.cu picks).
 //
 // Mainloop (Fp8GegluMainloopSm90): CUTLASS's blockwise-scaled FP8 mainloop
 // (sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling) with
@@ -22,8 +22,8 @@
 // - its own consumer loop: per 128-deep K block, the gate half and then the up half are
 //   each run as m64n128k32 wgmmas into one 64-register partial accumulator, which is
 //   promoted into the float32 result with scale_x[row] * scale_w[half]. The stock loop
-//   keeps a partial as large as the whole accumulator (2 x 128 registers for this tile,
-//   more than a thread has); half-size partials hold 64 + 128.
+//   keeps a partial as large as the whole accumulator (2 x 128 registers a thread for
+//   this tile, more than it has); a half-size partial holds 64 beside the 128.
 //
 // Epilogue (Fp8GegluEpilogue): register level. Each thread forms gelu(gate) * up for
 // its 2 rows x 32 columns in float32, the row's amax over the quad (128 columns), scale
