@@ -5,9 +5,10 @@
 //
 // q(): per row and 128-column group, scale = amax / 448 (1 for an all-zero group), e4m3
 // values rounded to nearest even; deq(w): e4m3 weight times its float32 scale per
-// 128x128 block (Transformers' `weight_scale_inv`). linear.py's fp8_mlp.py checks the
-// arguments with named errors before it calls the op; the checks here keep a bad call
-// from reaching the kernels (std::invalid_argument: a ValueError).
+// 128x128 block (Transformers' `weight_scale_inv`). On this route the checks here are the
+// call's validation (torch-ext/geglu/fp8_mlp.py checks only that no gradient is needed
+// first): each failure is a std::invalid_argument (a ValueError) whose message starts with
+// the argument's name, as the Python checks' do.
 //
 // The backend decides where its kernels serve (fp8_mlp_served: the sm_90 engine);
 // _geglu_mlp_fp8_serves reports it for a tensor's device, so the Python function takes
