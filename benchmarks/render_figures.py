@@ -10,7 +10,9 @@ logs) and writes:
 - docs/decode_mlp_floor.png: the decode MLP against the weight-read floor, plain calls
   and CUDA-graph replay (the newest run with decode rows, per card);
 - docs/generate_vs_eager.png: `generate()` with kernelized layers, Liger and
-  torch.compile, each against eager (the newest model-level run).
+  torch.compile, each against eager (the newest model-level run);
+- docs/fp8_mlp_h100.png: the FP8 MLP (geglu_mlp_fp8) beside bf16 eager, the bf16 layer,
+  torch composed FP8 and the FP8 GEMMs alone per shape (newest H100 run with FP8 rows).
 
 Each figure's title names the card and the date of its run. matplotlib is optional
 (the package does not need it): without it the script says so and draws nothing.
@@ -170,6 +172,39 @@ def generate_ratios(plt, run):
     return fig
 
 
+FP8_SERIES = (
+    ("bf16 eager", "#8C8C8C"),
+    ("bf16 geglu", "#55A868"),
+    ("torch composed FP8", "#DD8452"),
+    ("FP8 GEMMs alone", "#4C72B0"),
+    ("ours FP8", "#2E7D32"),
+)
+
+
+def fp8_mlp(plt, run):
+    """(d) The FP8 MLP per shape, us, and its speedup over the bf16 layer."""
+    rows = [r for r in run["fp8_mlp_forward"]["rows"] if not r["shape"].startswith("gemma2b_")]
+    fig, axes = plt.subplots(1, len(rows), figsize=(14, 4.2))
+    for ax, row in zip(axes, rows):
+        values = [row[name] for name, _ in FP8_SERIES]
+        bars = ax.bar(range(len(values)), values, color=[colour for _, colour in FP8_SERIES])
+        for bar, value in zip(bars, values):
+            ax.annotate(f"{value:.0f}\n{row['bf16 geglu'] / value:.2f}x", (bar.get_x() + bar.get_width() / 2, value),
+                        ha="center", va="bottom", fontsize=7)
+        if "fp8_weight_read_floor" in row:
+            ax.axhline(row["fp8_weight_read_floor"], color="black", lw=0.8, ls="--")
+        ax.set_title(row["shape"].replace("_", " "), fontsize=8.5)
+        names = [name.replace("ours FP8", "geglu FP8") for name, _ in FP8_SERIES]
+        ax.set_xticks(range(len(values)), names, rotation=35, ha="right", fontsize=7.5)
+        ax.set_ylim(0, max(values) * 1.25)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("us per forward (lower is better)")
+    fig.suptitle(f"FP8 GeGLU MLP (128x128 block-scaled weights), {card(run)}, {run['date']} (torch {run['torch']}); "
+                 "labels: us, speedup over the bf16 layer; dashed: FP8 weight-read floor", fontsize=9.5)
+    fig.tight_layout()
+    return fig
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="read the summaries, draw nothing")
@@ -178,6 +213,7 @@ def main():
     runs = summaries()
     prefill = newest(runs, "mlp_forward", device_prefix="NVIDIA H100")
     model = newest(runs, "generate")
+    fp8 = newest(runs, "fp8_mlp_forward", device_prefix="NVIDIA H100")
     print(f"prefill MLP: {prefill['folder']}; decode: {[s['folder'] for s in runs.values() if 'decode_mlp' in s]}; "
           f"generate(): {model['folder']}")
     if args.check:
@@ -195,6 +231,7 @@ def main():
         ("mlp_prefill_h100.png", prefill_mlp(plt, prefill)),
         ("decode_mlp_floor.png", decode_floor(plt, runs)),
         ("generate_vs_eager.png", generate_ratios(plt, model)),
+        ("fp8_mlp_h100.png", fp8_mlp(plt, fp8)),
     ):
         path = args.out / name
         fig.savefig(path, dpi=110, metadata={"Software": None})
