@@ -1,0 +1,194 @@
+"""Whole-model speed and accuracy of a Gemma whose MLPs are FP8 (Transformers'
+FineGrainedFP8 layout) and kernelized with geglu, against the same bf16 model.
+
+A Gemma-2B- or Gemma-7B-sized GemmaForCausalLM at reduced depth (random weights, bf16)
+runs as:
+
+  bf16 eager   Transformers as is
+  bf16 geglu   kernelized with geglu's layers (example.py's recipe)
+  fp8 geglu    its MLP projections as FineGrainedFP8 `FP8Linear` modules (e4m3 weights,
+               float32 scales per 128x128 block), kernelized: GeGLUMLP runs
+               geglu_mlp_fp8 on them in place
+
+On CUDA the FP8 model is the bf16 one saved and reloaded with
+`FineGrainedFP8Config(modules_to_not_convert=...)` quantizing the MLPs only: the
+unkernelized FP8Linear forward (and so an FP8 attention) needs Transformers' Hub
+kernels (finegrained-fp8 / DeepGEMM), which a machine without Hub access cannot load.
+`--swap` (and any CPU run) builds the same modules in place instead, quantizing each MLP
+weight by the rule Transformers' quantizer applies (scale = amax / 448 per block).
+
+Measured: prefill tokens/s (one forward over --prefill tokens, batch 1, logits for the
+last token only), `generate()` tokens/s (greedy, a 128-token prompt, --gen-tokens new
+tokens, dynamic cache, batch 1 and 8), in --rounds interleaved rounds (median and
+min-max; ratios to bf16 eager within each round), and the FP8 model's last-position
+logits against bf16 eager: relative error and top-1 agreement over a batch of prompts.
+
+    python benchmarks/compare_fp8_models.py --size gemma-7b --layers 8
+    python benchmarks/compare_fp8_models.py --device cpu --tiny     # smoke test of the script
+
+JSON to $OUT/fp8_models.json (when OUT is set); a table prints last.
+"""
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_models import REPO, SIZES, build_model, example, generate_once, prefill_tokens_per_s, sync  # noqa: E402
+
+TINY = dict(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=1, head_dim=64)
+ROWS = ["bf16 eager", "bf16 geglu", "fp8 geglu"]
+MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+
+
+def quantize_blocks(w: torch.Tensor):
+    """A weight to e4m3 with a float32 scale per 128x128 block (Transformers' rule)."""
+    n, k = w.shape
+    b = w.float().reshape(n // 128, 128, k // 128, 128)
+    scale = b.abs().amax(dim=(1, 3)).clamp(min=1e-12) / 448.0
+    q = (b / scale[:, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn).reshape(n, k)
+    return q, scale.contiguous()
+
+
+def swap_in_fp8_mlps(model):
+    """Each GemmaMLP projection replaced by an FP8Linear holding its quantized weight."""
+    from transformers.integrations.finegrained_fp8 import FP8Linear
+
+    for mlp in (m for m in model.modules() if type(m).__name__.endswith("MLP")):
+        for name in MLP_PROJECTIONS:
+            lin = getattr(mlp, name)
+            fp8 = FP8Linear(lin.in_features, lin.out_features, block_size=(128, 128),
+                            activation_scheme="dynamic").to(lin.weight.device)
+            q, s = quantize_blocks(lin.weight.data)
+            fp8.weight = torch.nn.Parameter(q, requires_grad=False)
+            fp8.weight_scale_inv = torch.nn.Parameter(s, requires_grad=False)
+            setattr(mlp, name, fp8)
+    return model
+
+
+def reload_fp8(model):
+    """The model saved and reloaded with FineGrainedFP8Config quantizing its MLPs."""
+    from transformers import AutoModelForCausalLM, FineGrainedFP8Config
+
+    keep = ["self_attn", "lm_head", "embed_tokens"]
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        config = FineGrainedFP8Config(modules_to_not_convert=keep)
+        return AutoModelForCausalLM.from_pretrained(tmp, quantization_config=config, dtype=torch.bfloat16,
+                                                    device_map=str(model.device)).eval()
+
+
+def make_rows(base, args):
+    from kernels import Mode
+
+    rows = {"bf16 eager": base}
+    rows["bf16 geglu"] = example.kernelize_with_geglu(copy.deepcopy(base), mode=Mode.INFERENCE,
+                                                      layer=example.local_layer)
+    fp8 = swap_in_fp8_mlps(copy.deepcopy(base)) if args.swap or args.device != "cuda" else reload_fp8(base)
+    n_fp8 = sum(type(m).__name__ == "FP8Linear" for m in fp8.modules())
+    if n_fp8 != 3 * args.layers:
+        raise RuntimeError(f"{n_fp8} FP8Linear modules, expected {3 * args.layers} (the MLPs' projections)")
+    rows["fp8 geglu"] = example.kernelize_with_geglu(fp8, mode=Mode.INFERENCE, layer=example.local_layer)
+    for name, model in rows.items():
+        if name != "bf16 eager":
+            swapped = example.count_kernelized(model).get("GeGLUMLP", 0)
+            if swapped != args.layers:
+                raise RuntimeError(f"{name}: {swapped} of {args.layers} MLPs kernelized")
+    return rows
+
+
+@torch.no_grad()
+def logits_agreement(rows, vocab, device, batch=8, length=256):
+    """The FP8 model's last-position logits against bf16 eager's (and bf16 geglu's, for scale)."""
+    torch.manual_seed(1)
+    ids = torch.randint(0, vocab, (batch, length), device=device)
+    ref = rows["bf16 eager"](input_ids=ids, logits_to_keep=1).logits.float()
+    out = {}
+    for name in ("bf16 geglu", "fp8 geglu"):
+        got = rows[name](input_ids=ids, logits_to_keep=1).logits.float()
+        out[name] = dict(rel_err=((got - ref).norm() / ref.norm()).item(),
+                         top1_agreement=(got.argmax(-1) == ref.argmax(-1)).float().mean().item())
+    return out
+
+
+def spread(values):
+    values = sorted(values)
+    return dict(median=statistics.median(values), min=values[0], max=values[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", choices=sorted(SIZES), default="gemma-7b")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tiny", action="store_true", help="a tiny model (smoke test)")
+    ap.add_argument("--swap", action="store_true", help="build the FP8 MLPs in place instead of reloading")
+    ap.add_argument("--prefill", type=int, default=4096)
+    ap.add_argument("--gen-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if args.tiny:
+        args.prefill, args.gen_tokens, args.rounds, args.vocab = 64, 4, 1, 512
+    os.environ.setdefault("LOCAL_KERNELS", f"org/geglu={REPO}")
+    size = TINY if args.tiny else SIZES[args.size]
+    base = build_model(size, args.layers, args.vocab, args.device, torch.bfloat16)
+    rows = make_rows(base, args)
+    warm, iters = (1, 1) if args.tiny else (3, 10)
+    results = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+               "torch": torch.__version__, "date": datetime.date.today().isoformat(),
+               "size": "tiny" if args.tiny else args.size,
+               "layers": args.layers, "tiny": args.tiny, "rounds": args.rounds,
+               "fp8_load": "swap" if args.swap or args.device != "cuda" else "FineGrainedFP8Config reload"}
+    results["logits_vs_bf16_eager"] = logits_agreement(rows, args.vocab, args.device)
+
+    torch.manual_seed(2)
+    prefill_ids = torch.randint(0, args.vocab, (1, args.prefill), device=args.device)
+    gen_kw = dict(max_new_tokens=args.gen_tokens, min_new_tokens=args.gen_tokens, do_sample=False, use_cache=True,
+                  pad_token_id=0)
+    cases = {"prefill": None, "generate b1": 1, "generate b8": 8}
+    samples = {case: {row: [] for row in ROWS} for case in cases}
+    ratios = {case: {row: [] for row in ROWS} for case in cases}
+    for r in range(args.rounds):
+        order = ROWS[r % len(ROWS):] + ROWS[:r % len(ROWS)]  # rotated: drift reaches every row
+        for case, batch in cases.items():
+            per_round = {}
+            for row in order:
+                model = rows[row]
+                if batch is None:
+                    rate = prefill_tokens_per_s(model, prefill_ids, args.device, warm, iters)
+                else:
+                    prompt = torch.randint(0, args.vocab, (batch, 128), device=args.device)
+                    generate_once(model, prompt, gen_kw, args.device)  # warm-up
+                    seconds, new = generate_once(model, prompt, gen_kw, args.device)
+                    rate = new.numel() / seconds
+                per_round[row] = rate
+                samples[case][row].append(rate)
+            for row in ROWS:
+                ratios[case][row].append(per_round[row] / per_round["bf16 eager"])
+    sync(args.device)
+    results["tokens_per_s"] = {case: {row: spread(v) for row, v in rs.items()} for case, rs in samples.items()}
+    results["vs_bf16_eager"] = {case: {row: spread(v) for row, v in rs.items()} for case, rs in ratios.items()}
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "fp8_models.json").write_text(json.dumps(results, indent=1))
+    print(f"\n{results['device']}, {results['size']} x {args.layers} layers, FP8 MLPs by {results['fp8_load']}")
+    print("| case | " + " | ".join(ROWS) + " |")
+    for case in cases:
+        cells = [f"{results['tokens_per_s'][case][row]['median']:.0f} tok/s "
+                 f"({results['vs_bf16_eager'][case][row]['median']:.2f}x)" for row in ROWS]
+        print(f"| {case} | " + " | ".join(cells) + " |")
+    for name, v in results["logits_vs_bf16_eager"].items():
+        print(f"{name} logits vs bf16 eager: rel err {v['rel_err']:.4f}, top-1 agreement {v['top1_agreement']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
