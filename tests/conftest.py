@@ -10,6 +10,7 @@ command does). LOCAL_KERNELS maps the Hub repo id to this checkout, as
 kernel-builder's test shells do.
 """
 
+import inspect
 import os
 from pathlib import Path
 
@@ -104,3 +105,19 @@ def compiled_count(jit_fn) -> int:
     if caches is None:
         pytest.skip("this triton's JITFunction has no device_caches")
     return sum(len(entry[0]) for entry in caches.values())
+
+
+def spy(monkeypatch, module, name):
+    """Record the calls to functional op `name` of `module`, the package module that
+    defines it and through which the layers call it (`kernel.linear`, say), each as its
+    arguments by name."""
+    calls = []
+    real = getattr(module, name)
+    signature = inspect.signature(real)
+
+    def wrapper(*args, **kwargs):
+        calls.append(signature.bind(*args, **kwargs).arguments)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+    return calls

@@ -25,7 +25,6 @@ fused kernels also skip, with the reason, where the build has no `_geglu_mlp_fp8
 the GPU is not sm_90. The functional API is checked on any GPU.
 """
 
-import inspect
 import re
 
 import pytest
@@ -33,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, spy
 
 FP8 = torch.float8_e4m3fn
 DTYPES = [torch.bfloat16, torch.float16]
@@ -469,21 +468,6 @@ def fp8_gemma_mlp(hidden_act="gelu_pytorch_tanh", device="cpu", hidden=HIDDEN, i
 
 def layer_weights(mlp):
     return tuple(t for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj) for t in (p.weight, p.weight_scale_inv))
-
-
-def spy(monkeypatch, module, name):
-    """Record the calls to `module.name` (the layers call the functional API through its
-    defining module), each as its arguments by name."""
-    calls = []
-    real = getattr(module, name)
-    signature = inspect.signature(real)
-
-    def wrapper(*args, **kwargs):
-        calls.append(signature.bind(*args, **kwargs).arguments)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, wrapper)
-    return calls
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])

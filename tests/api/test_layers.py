@@ -7,13 +7,13 @@ test fails if the layer silently took its eager fallback (or fused when it must 
 """
 
 import copy
-import inspect
 import types
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from conftest import spy
 from kernels.layer.layer import _validate_layer
 from transformers import BertConfig, GemmaConfig, T5Config
 from transformers.activations import (
@@ -56,22 +56,6 @@ def as_float64(module: nn.Module) -> nn.Module:
 def call_layer(layer_cls, module, *args):
     """What kernelize installs: the layer's forward bound to the adopting module."""
     return layer_cls.forward(module, *args)
-
-
-def spy(monkeypatch, module, name):
-    """Record the calls to functional op `name` of `module`, the package module that
-    defines it and through which the layers call it (`kernel.linear`, say), each as its
-    arguments by name."""
-    calls = []
-    real = getattr(module, name)
-    signature = inspect.signature(real)
-
-    def wrapper(*args, **kwargs):
-        calls.append(signature.bind(*args, **kwargs).arguments)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, wrapper)
-    return calls
 
 
 def check_grads(out, ref, tensors, ref_tensors, bound):
