@@ -160,8 +160,15 @@ def _fp8_operands(x: torch.Tensor, *linears):
     scales in place, and converting would copy them on every call, so those modules
     fall back too (they fail the float32 test).
 
+    On CUDA only where the native FP8 kernels serve x's GPU (the backend says which:
+    `_geglu_mlp_fp8_serves`, the sm_90 engine): elsewhere geglu_mlp_fp8 would run its
+    float32 composite, slower than FP8Linear's own kernels, so the module keeps them. On
+    CPU, where FP8Linear has no kernels, the composite serves.
+
     The tensors are the modules' own parameters, read in place (no copies, no state)."""
     if x.dtype not in _FP8_ACTIVATION_DTYPES or x.layout != torch.strided or x.is_nested or _is_dtensor(x):
+        return None
+    if x.is_cuda and not _fp8_mlp._native_fp8_x(x):
         return None
     if x.requires_grad and torch.is_grad_enabled():
         return None
