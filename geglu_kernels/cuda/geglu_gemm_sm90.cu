@@ -27,33 +27,12 @@ namespace geglu_sm90 {
 
 using gate_up_launch::LaunchArgs;
 
-template <class Gemm>
-int run(LaunchArgs const& a, cudaStream_t stream) {
-  using Element = typename Gemm::Epilogue::Element;
-  constexpr int cm = size<0>(typename Gemm::ClusterShape{});
-  constexpr int cn = size<1>(typename Gemm::ClusterShape{});
-  auto fill = [](auto& args, LaunchArgs const& a) {
-    args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
-    auto& ml = args.mainloop;
-    ml.ptr_A = static_cast<Element const*>(a.x);
-    ml.dA = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
-    ml.ptr_Bg = static_cast<Element const*>(a.wg);
-    ml.ptr_Bu = static_cast<Element const*>(a.wu);
-    ml.dB = make_stride(a.ldw, Int<1>{}, a.H * a.ldw);
-    gate_up_launch::set_epilogue<Element>(args.epilogue, a);
-    args.scheduler.max_swizzle_size = a.swizzle;
-    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
-    args.scheduler.raster_order = a.raster == 1 ? Raster::AlongM : a.raster == 2 ? Raster::AlongN : Raster::Heuristic;
-  };
-  return sm90_launcher::launch_gemm_on_current_device<typename Gemm::Kernel, cm, cn>(a, stream, fill);
-}
-
 template <class Element>
 int dispatch(int variant, LaunchArgs const& a, cudaStream_t stream) {
   switch (variant) {
 #define GEGLU_SM90_CASE(id, name, bm, bn, sched, ...) \
   case id:                                            \
-    return run<GegluGemm<Element, bm, bn, sched, __VA_ARGS__>>(a, stream);
+    return gate_up_launch::launch_engine<GegluGemm<Element, bm, bn, sched, __VA_ARGS__>>(a, stream);
     GEGLU_SM90_PRODUCT_VARIANTS(GEGLU_SM90_CASE)
 #undef GEGLU_SM90_CASE
     default:
@@ -77,14 +56,8 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
   // 2H is the problem N (int32) and M*ldx, H*ldw index the batch stride.
   if (int status = gate_up_launch::check_shapes(dtype, M, K, H, ldx, ldw, ldo)) return status;
   if (M == 0) return GEGLU_SM90_OK;
-  const int64_t elem = 2;
-  if ((K * elem) % 16 || (ldx * elem) % 16 || (ldw * elem) % 16 || (ldo * elem) % 16) {
-    return GEGLU_SM90_ERR_STRIDE;
-  }
-  auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || misaligned(out)) return GEGLU_SM90_ERR_ALIGN;
-  if ((reinterpret_cast<uintptr_t>(b_gate) & 3u) || (reinterpret_cast<uintptr_t>(b_up) & 3u)) {
-    return GEGLU_SM90_ERR_ALIGN;
+  if (int status = gate_up_launch::check_engine_operands(K, ldx, ldw, ldo, x, w_gate, w_up, out, b_gate, b_up)) {
+    return status;
   }
   const geglu_sm90::VariantPick pick = geglu_sm90::pick_variant(M, K, H);
   geglu_sm90::LaunchArgs a;

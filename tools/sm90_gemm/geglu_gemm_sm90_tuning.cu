@@ -30,6 +30,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
+#include "gate_up_launch.cuh"
 #include "geglu_gemm_sm90.cuh"
 #include "sm90_launcher.cuh"  // sm90_status.h: the status codes and dtype values
 
@@ -87,60 +88,14 @@ constexpr int kNumConfigs = 0 GEGLU_SM90_VARIANTS(GEGLU_SM90_COUNT);
 #define GEGLU_SM90_NAME(id, name, bm, bn, sched, ...) name,
 const char* const kConfigNames[] = {GEGLU_SM90_VARIANTS(GEGLU_SM90_NAME)};
 
-struct LaunchArgs {  // the params-cache key: zeroed, padding included, before it is filled
-  const void* x;
-  int64_t M, K, ldx;
-  const void* wg;
-  const void* wu;
-  int64_t ldw;
-  const void* bg;
-  const void* bu;
-  void* out;  // null: store nothing
-  int64_t H, ldo;
-  int approximate;
-  int swizzle;  // tile scheduler max_swizzle_size (1, 2, 4, 8)
-  int raster;   // 0 heuristic, 1 along M, 2 along N
-};
-
-template <class Gemm>
-int run(LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
-  using Kernel = typename Gemm::Kernel;
-  using Element = typename Gemm::Epilogue::Element;
-  auto make_arguments = [device, sm_count](LaunchArgs const& a) {
-    typename Kernel::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    args.problem_shape = make_shape(int(a.M), int(2 * a.H), int(a.K), 1);
-    auto& ml = args.mainloop;
-    ml.ptr_A = static_cast<Element const*>(a.x);
-    ml.dA = make_stride(a.ldx, Int<1>{}, a.M * a.ldx);
-    ml.ptr_Bg = static_cast<Element const*>(a.wg);
-    ml.ptr_Bu = static_cast<Element const*>(a.wu);
-    ml.dB = make_stride(a.ldw, Int<1>{}, a.H * a.ldw);
-    auto& ep = args.epilogue;
-    ep.ptr_out = static_cast<Element*>(a.out);
-    ep.ldo = a.ldo;
-    ep.bias_g = static_cast<Element const*>(a.bg);
-    ep.bias_u = static_cast<Element const*>(a.bu);
-    ep.approximate = a.approximate;
-    args.hw_info.device_id = device;
-    args.hw_info.sm_count = sm_count;
-    args.scheduler.max_swizzle_size = a.swizzle;
-    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
-    args.scheduler.raster_order = a.raster == 1 ? Raster::AlongM : a.raster == 2 ? Raster::AlongN : Raster::Heuristic;
-    return args;
-  };
-  constexpr int cm = size<0>(typename Gemm::ClusterShape{});
-  constexpr int cn = size<1>(typename Gemm::ClusterShape{});
-  return sm90_launcher::status_of(
-      sm90_launcher::Runner<Kernel, cm, cn, LaunchArgs>::run(a, device, stream, make_arguments));
-}
+using gate_up_launch::LaunchArgs;
 
 template <class Element>
-int dispatch(int variant, LaunchArgs const& a, int device, int sm_count, cudaStream_t stream) {
+int dispatch(int variant, LaunchArgs const& a, cudaStream_t stream) {
   switch (variant) {
 #define GEGLU_SM90_CASE(id, name, bm, bn, sched, ...) \
   case id:                                            \
-    return run<TuningGemm<Element, bm, bn, sched, __VA_ARGS__>>(a, device, sm_count, stream);
+    return gate_up_launch::launch_engine<TuningGemm<Element, bm, bn, sched, __VA_ARGS__>>(a, stream);
     GEGLU_SM90_VARIANTS(GEGLU_SM90_CASE)
 #undef GEGLU_SM90_CASE
     default:
@@ -182,19 +137,10 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
                     const void* b_gate, const void* b_up,
                     void* out, int64_t H, int64_t ldo,
                     int dtype, int approximate, int config, void* stream) {
-  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
-  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
-  if (M < 0 || K < 1 || H < 1 || M > kMax || K > kMax || 2 * H > kMax) return GEGLU_SM90_ERR_SHAPE;
-  if (ldx < K || ldw < K || ldo < H) return GEGLU_SM90_ERR_SHAPE;
+  if (int status = gate_up_launch::check_shapes(dtype, M, K, H, ldx, ldw, ldo)) return status;
   if (M == 0) return GEGLU_SM90_OK;
-  const int64_t elem = 2;
-  if ((K * elem) % 16 || (ldx * elem) % 16 || (ldw * elem) % 16 || (ldo * elem) % 16) {
-    return GEGLU_SM90_ERR_STRIDE;
-  }
-  auto misaligned = [](const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (misaligned(x) || misaligned(w_gate) || misaligned(w_up) || misaligned(out)) return GEGLU_SM90_ERR_ALIGN;
-  if ((reinterpret_cast<uintptr_t>(b_gate) & 3u) || (reinterpret_cast<uintptr_t>(b_up) & 3u)) {
-    return GEGLU_SM90_ERR_ALIGN;
+  if (int status = gate_up_launch::check_engine_operands(K, ldx, ldw, ldo, x, w_gate, w_up, out, b_gate, b_up)) {
+    return status;
   }
   if (config < 0) config = geglu_sm90_tuning::pick_config(M, K, H);
   const int variant = config & 0xff;
@@ -205,32 +151,14 @@ int geglu_gemm_sm90(const void* x, int64_t M, int64_t K, int64_t ldx,
     return GEGLU_SM90_ERR_CONFIG;
   }
 
-  int device = 0;
-  sm90_launcher::DeviceInfo const* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
-
   geglu_sm90_tuning::LaunchArgs a;
-  std::memset(&a, 0, sizeof a);
-  a.x = x;
-  a.M = M;
-  a.K = K;
-  a.ldx = ldx;
-  a.wg = w_gate;
-  a.wu = w_up;
-  a.ldw = ldw;
-  a.bg = b_gate;
-  a.bu = b_up;
-  a.out = nostore ? nullptr : out;
-  a.H = H;
-  a.ldo = ldo;
-  a.approximate = approximate ? 1 : 0;
+  gate_up_launch::make_key(&a, x, M, K, ldx, w_gate, w_up, ldw, b_gate, b_up, nostore ? nullptr : out, H, ldo,
+                           approximate);
   a.swizzle = swz_code == 0 ? 1 : 1 << (swz_code - 1);
   a.raster = raster;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (dtype == GEGLU_SM90_BF16) {
-    return geglu_sm90_tuning::dispatch<cutlass::bfloat16_t>(variant, a, device, info->sm_count, s);
-  }
-  return geglu_sm90_tuning::dispatch<cutlass::half_t>(variant, a, device, info->sm_count, s);
+  if (dtype == GEGLU_SM90_BF16) return geglu_sm90_tuning::dispatch<cutlass::bfloat16_t>(variant, a, s);
+  return geglu_sm90_tuning::dispatch<cutlass::half_t>(variant, a, s);
 }
 
 }  // extern "C"
