@@ -42,6 +42,7 @@
 #include "cutlass/epilogue/collective/detail.hpp"
 
 #include "gate_up_tma.cuh"
+#include "fp8_convert.cuh"
 #include "gelu_math.cuh"
 #include "register_epilogue.cuh"
 #include "tma_producer.cuh"
@@ -392,7 +393,7 @@ class Fp8GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Fp8GegluEpilogue
         CUTLASS_PRAGMA_UNROLL
         for (int jj = 0; jj < 4; ++jj) {
           const int j = 4 * q + jj;
-          p[jj] = pack_e4m3x2(h[j][0] * inv_scale, h[j][1] * inv_scale);
+          p[jj] = fp8_convert::e4m3x2(h[j][0] * inv_scale, h[j][1] * inv_scale);
         }
         sm90_epilogue::quad_transpose(p, t);  // thread t: the 8 columns of block 4q + t
         if (row < M) {
@@ -403,13 +404,6 @@ class Fp8GegluEpilogue : public sm90_epilogue::RegisterEpilogue<Fp8GegluEpilogue
       }
       if (t == 0 && row < M) params.ptr_sh[int64_t(h0 / BN) * params.ld_sh + row] = scale;
     }
-  }
-
-  // Two floats to e4m3 (round to nearest even, saturating to +-448), the first in the low byte.
-  CUTLASS_DEVICE static uint32_t pack_e4m3x2(float lo, float hi) {
-    uint16_t v;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(v) : "f"(hi), "f"(lo));
-    return v;
   }
 };
 

@@ -10,12 +10,16 @@
 
 #include <cstdint>
 
+#include "fp8_convert.cuh"
 #include "fp8_mlp_sm90.h"
 #include "sm90_status.h"
 #include "sm90_launcher.cuh"
 
 namespace fp8_sm90 {
 namespace {
+
+using fp8_convert::div_by_scale;
+using fp8_convert::e4m3x2;
 
 constexpr int kThreadsPerGroup = 16;
 constexpr int kBlockThreads = 256;
@@ -34,23 +38,6 @@ __device__ __forceinline__ void to_float8(uint4 v, bool bf16, float (&f)[8]) {
       f[2 * i + 1] = p.y;
     }
   }
-}
-
-__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-  uint16_t v;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(v) : "f"(hi), "f"(lo));
-  return v;
-}
-
-// v / scale correctly rounded, as __fdiv_rn gives it, from one reciprocal: r = 1 / scale,
-// q = v * r, then one FMA step on the exact remainder v - q * scale. bf16 inputs often
-// divide exactly onto e4m3 ties (x / scale = 184.0, between 176 and 192), where the raw
-// product v * r would land one ulp off and round the other way; the corrected quotient is
-// exact there. An IEEE division per element (a ~20-instruction subroutine) held this
-// bandwidth-bound pass at half the copy rate.
-__device__ __forceinline__ float div_by_scale(float v, float scale, float r) {
-  const float q = v * r;
-  return fmaf(fmaf(-q, scale, v), r, q);
 }
 
 __global__ void __launch_bounds__(kBlockThreads) quantize_rows_kernel(const uint16_t* __restrict__ x, int64_t ldx,

@@ -24,7 +24,8 @@
 //   (fp8_quantize_rows.cu), the block-scaled FP8 gate/up GEMM with the GeGLU and h's
 //   quantization in its epilogue, the block-scaled down GEMM with the residual
 //   (fp8_mlp_sm90.cu; stream-K at up to 64 tokens, its workspace in the one allocation);
-//   elsewhere the Python function runs its dequantizing composite.
+//   at up to 4 tokens the weight-streaming decode kernels in place of both GEMMs
+//   (fp8_decode_sm90.cu); elsewhere the Python function runs its dequantizing composite.
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) above 128 tokens, where it beats cuBLAS(Lt) with either GELU;
 //   cuBLAS up to M = 128.
@@ -311,12 +312,15 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   if (m == 0) return y;
   // One allocation for the quantized activations and their scales (rows padded to a
   // multiple of 4, as their TMA loads ask), each part 16-byte aligned: xq [m, k] e4m3, its
-  // scales [k/128, ld] float32, hq [m, hidden], its scales [hidden/128, ld].
+  // scales [k/128, ld] float32, hq [m, hidden], its scales [hidden/128, ld]; then the
+  // decode gate/up's float32 h [m, hidden] at up to GEGLU_FP8_DECODE_MAX_M tokens, or the
+  // down GEMM's stream-K workspace above.
+  const bool decode = m <= GEGLU_FP8_DECODE_MAX_M;
   const int64_t ld = (m + 3) / 4 * 4;
   auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
   const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4), hq_bytes = up16(m * hidden);
   const int64_t sh_bytes = up16(hidden / 128 * ld * 4);
-  const int64_t ws_bytes = up16(geglu_fp8_sm90_workspace_bytes(m, hidden, n));  // the down GEMM's stream-K
+  const int64_t ws_bytes = decode ? m * hidden * 4 : up16(geglu_fp8_sm90_workspace_bytes(m, hidden, n));
   const int64_t total = xq_bytes + sx_bytes + hq_bytes + sh_bytes + ws_bytes;
   const int64_t size[1] = {total / static_cast<int64_t>(x.element_size())};
   Tensor buffer = device::empty(IntArrayRef(size, 1), x);
@@ -328,13 +332,20 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   void *workspace = ws_bytes > 0 ? base + xq_bytes + sx_bytes + hq_bytes + sh_bytes : nullptr;
   void *stream = geglu_cuda::current_stream(x);
   const int dtype = sm90_dtype(x);
+  const float *s_gate = static_cast<const float *>(w_gate_scale.data_ptr());
+  const float *s_up = static_cast<const float *>(w_up_scale.data_ptr());
+  const float *s_down = static_cast<const float *>(w_down_scale.data_ptr());
   check_status(op, geglu_fp8_quantize_rows(x.data_ptr(), k, m, k, dtype, xq, sx, ld, stream));
-  check_status(op, geglu_fp8_sm90_gate_up(xq, sx, ld, m, k, w_gate.data_ptr(),
-                                          static_cast<const float *>(w_gate_scale.data_ptr()), w_up.data_ptr(),
-                                          static_cast<const float *>(w_up_scale.data_ptr()), hidden, hq, sh, ld, tanh,
-                                          stream));
-  check_status(op, geglu_fp8_sm90_down(hq, sh, ld, m, hidden, w_down.data_ptr(),
-                                       static_cast<const float *>(w_down_scale.data_ptr()), n, ptr_or_null(residual),
+  if (decode) {
+    check_status(op, geglu_fp8_decode_gate_up(xq, sx, ld, m, k, w_gate.data_ptr(), s_gate, w_up.data_ptr(), s_up,
+                                              hidden, static_cast<float *>(workspace), hq, sh, ld, tanh, stream));
+    check_status(op, geglu_fp8_decode_down(hq, sh, ld, m, hidden, w_down.data_ptr(), s_down, n,
+                                           ptr_or_null(residual), y.data_ptr(), dtype, stream));
+    return y;
+  }
+  check_status(op, geglu_fp8_sm90_gate_up(xq, sx, ld, m, k, w_gate.data_ptr(), s_gate, w_up.data_ptr(), s_up, hidden,
+                                          hq, sh, ld, tanh, stream));
+  check_status(op, geglu_fp8_sm90_down(hq, sh, ld, m, hidden, w_down.data_ptr(), s_down, n, ptr_or_null(residual),
                                        y.data_ptr(), dtype, workspace, stream));
   return y;
 }

@@ -578,10 +578,13 @@ def test_ue8m0_is_power_of_two_float_scales(kernel):
 
 cuda = pytest.mark.cuda
 
-# (M values, (in, hidden, out)): the big shapes at small M only.
+# (M values, (in, hidden, out)): the big shapes at small M only. Up to 4 tokens the
+# decode kernels run (each token count; an odd count of 128-blocks along the down
+# projection's K: its two segments of unequal length), the GEMMs from 5 on.
 CUDA_GRID = [
-    ([1, 7, 16, 64, 129, 1000, 4096], (128, 128, 128)),
-    ([1, 7, 16, 64, 129, 1000, 4096], (768, 3072, 768)),
+    ([1, 4, 5, 7, 16, 64, 129, 1000, 4096], (128, 128, 128)),
+    ([1, 2, 3, 4, 5, 7, 16, 64, 129, 1000, 4096], (768, 3072, 768)),
+    ([3, 4], (384, 640, 384)),
     ([1, 7, 16], (2048, 16384, 2048)),
     ([1, 16], (3072, 24576, 3072)),
 ]

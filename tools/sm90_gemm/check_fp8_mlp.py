@@ -1,10 +1,13 @@
 """Checks and times the block-scaled FP8 GeGLU MLP kernels (fp8_mlp_sm90.h) through
 ctypes, before and apart from the torch op: x quantized per 1x128 group, the gate/up
-GEMM with the GeGLU and h's quantization in its epilogue, the down GEMM.
+GEMM with the GeGLU and h's quantization in its epilogue, the down GEMM; and at up to 4
+tokens the weight-streaming decode kernels (fp8_decode_sm90.cu) in their place.
 
     tools/sm90_gemm/build_lib.sh tools/sm90_gemm/fp8_gate_up_variants.cu libfp8_mlp_sm90 \
-        geglu_kernels/cuda/fp8_quantize_rows.cu
+        geglu_kernels/cuda/fp8_quantize_rows.cu geglu_kernels/cuda/fp8_decode_sm90.cu
     python tools/sm90_gemm/check_fp8_mlp.py [out_dir]
+    FP8_DECODE_ONLY=1 python tools/sm90_gemm/check_fp8_mlp.py   # the decode kernels' checks and rows
+    FP8_DECODE_NCU=1 ncu --clock-control none -k regex:fp8_decode python tools/sm90_gemm/check_fp8_mlp.py
 
 Correctness: against float64 math on the dequantized weights and the same activation
 quantization (torch ops here), h's bytes and scales compared to the reference's, and
@@ -24,11 +27,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import ROOT, log, save_results  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
-lib = ctypes.CDLL(os.path.join(ROOT, ".sm90dev", "libfp8_mlp_sm90.so"))
+lib = ctypes.CDLL(os.path.join(ROOT, ".sm90dev", os.environ.get("FP8_LIB", "libfp8_mlp_sm90.so")))
 P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 lib.geglu_fp8_quantize_rows.argtypes = [P, I64, I64, I64, I, P, P, I64, P]
 lib.geglu_fp8_sm90_gate_up.argtypes = [P, P, I64, I64, I64, P, P, P, P, I64, P, P, I64, I, P]
 lib.geglu_fp8_sm90_down.argtypes = [P, P, I64, I64, I64, P, P, I64, P, P, I, P, P]
+lib.geglu_fp8_decode_gate_up.argtypes = [P, P, I64, I64, I64, P, P, P, P, I64, P, P, P, I64, I, P]
+lib.geglu_fp8_decode_down.argtypes = [P, P, I64, I64, I64, P, P, I64, P, P, I, P]
+DECODE_MAX_M = 4
 lib.geglu_fp8_sm90_workspace_bytes.argtypes = [I64, I64, I64]
 lib.geglu_fp8_sm90_workspace_bytes.restype = I64
 lib.geglu_fp8_sm90_gate_up_variant.argtypes = [I] + lib.geglu_fp8_sm90_gate_up.argtypes[:-1] + [P, P]
@@ -86,15 +92,42 @@ class Fp8Mlp:
         self.hq = torch.empty(M, H, device="cuda", dtype=E4M3)
         self.sh = torch.empty(H // 128, self.ld, device="cuda")
         self.out = torch.empty(M, d, device="cuda", dtype=dtype)
+        self.h32 = torch.empty(M, H, device="cuda")  # the decode gate/up's workspace
         ws = max(lib.geglu_fp8_sm90_workspace_bytes(M, H, d), 64 << 20)  # the variants run stream-K at any M
         self.ws = torch.empty(ws, device="cuda", dtype=torch.uint8)
+
+    def quantize_x(self):
+        dt = 0 if self.dtype == torch.bfloat16 else 1
+        st = lib.geglu_fp8_quantize_rows(self.x.data_ptr(), self.d, self.M, self.d, dt, self.xq.data_ptr(),
+                                         self.sx.data_ptr(), self.ld, stream())
+        assert st == 0, f"quantize status {st}"
+
+    def decode_gate_up(self, approximate=1):
+        st = lib.geglu_fp8_decode_gate_up(self.xq.data_ptr(), self.sx.data_ptr(), self.ld, self.M, self.d,
+                                          self.wg.data_ptr(), self.sg.data_ptr(), self.wu.data_ptr(),
+                                          self.su.data_ptr(), self.H, self.h32.data_ptr(), self.hq.data_ptr(),
+                                          self.sh.data_ptr(), self.ld, approximate, stream())
+        assert st == 0, f"decode gate_up status {st}"
+
+    def decode_down(self, residual=None):
+        dt = 0 if self.dtype == torch.bfloat16 else 1
+        st = lib.geglu_fp8_decode_down(self.hq.data_ptr(), self.sh.data_ptr(), self.ld, self.M, self.H,
+                                       self.wd.data_ptr(), self.sd.data_ptr(), self.d,
+                                       None if residual is None else residual.data_ptr(), self.out.data_ptr(), dt,
+                                       stream())
+        assert st == 0, f"decode down status {st}"
+
+    def run_decode(self, residual=None, approximate=1):
+        """The decode route: x's quantization, then the two weight-streaming kernels."""
+        self.quantize_x()
+        self.decode_gate_up(approximate)
+        self.decode_down(residual)
+        return self.out
 
     def run(self, residual=None, approximate=1):
         s = stream()
         dt = 0 if self.dtype == torch.bfloat16 else 1
-        st = lib.geglu_fp8_quantize_rows(self.x.data_ptr(), self.d, self.M, self.d, dt, self.xq.data_ptr(),
-                                         self.sx.data_ptr(), self.ld, s)
-        assert st == 0, f"quantize status {st}"
+        self.quantize_x()
         st = lib.geglu_fp8_sm90_gate_up(self.xq.data_ptr(), self.sx.data_ptr(), self.ld, self.M, self.d,
                                         self.wg.data_ptr(), self.sg.data_ptr(), self.wu.data_ptr(),
                                         self.su.data_ptr(), self.H, self.hq.data_ptr(), self.sh.data_ptr(),
@@ -130,13 +163,14 @@ def rel(a, b):
     return ((a.double() - b).norm() / b.norm()).item()
 
 
-def check(M, d, H, residual=False, approximate=1, dtype=torch.bfloat16):
+def check(M, d, H, residual=False, approximate=1, dtype=torch.bfloat16, decode=False):
     m = Fp8Mlp(M, d, H, dtype)
     res = torch.randn(M, d, device="cuda").to(dtype) if residual else None
     m.out.fill_(float("nan"))
     m.hq.fill_(float("nan"))
     m.sh.fill_(float("nan"))
-    y = m.run(res, approximate).clone()
+    m.h32.fill_(float("nan"))
+    y = (m.run_decode if decode else m.run)(res, approximate).clone()
     torch.cuda.synchronize()
     ref, exact, xq, sx, hq, sh = m.reference(res, "tanh" if approximate else "none")
     e_ours, e_ref, e_exact = rel(y, ref), rel(ref.to(dtype), exact), rel(y, exact)
@@ -150,10 +184,10 @@ def check(M, d, H, residual=False, approximate=1, dtype=torch.bfloat16):
     # (within 2x of the reference's own error against the unquantized MLP).
     ok = (e_ours < 0.35 * e_ref and e_exact < 2 * e_ref and torch.isfinite(y).all().item()
           and xq_diff == 0 and sx_err == 0)
-    log(f"check M={M:5d} d={d:5d} H={H:5d} res={int(residual)} tanh={approximate} {str(dtype)[6:]}: "
+    log(f"check{' decode' if decode else ''} M={M:5d} d={d:5d} H={H:5d} res={int(residual)} tanh={approximate} {str(dtype)[6:]}: "
         f"err vs ref {e_ours:.2e}, vs exact {e_exact:.2e} (ref vs exact {e_ref:.2e}); x bytes differ {xq_diff:.1e}, "
         f"h bytes differ {hq_diff:.1e}, h scale rel {sh_rel:.1e} -> {'ok' if ok else 'FAIL'}")
-    return dict(M=M, d=d, H=H, residual=residual, approximate=approximate, err=e_ours, err_exact=e_exact, ref_err=e_ref,
+    return dict(M=M, d=d, H=H, decode=decode, residual=residual, approximate=approximate, err=e_ours, err_exact=e_exact, ref_err=e_ref,
                 h_bytes_differ=hq_diff, ok=bool(ok))
 
 
@@ -268,8 +302,12 @@ def bench(M, d, H):
     def down_streamk():
         assert down_variant(m, 1) == 0
 
+    decode_rows = ()
+    if M <= DECODE_MAX_M:
+        decode_rows = (("decode route", m.run_decode), ("decode: gate/up", m.decode_gate_up),
+                       ("decode: down", m.decode_down))
     rows = {}
-    for name, fn in (("bf16 cuBLAS GEMMs alone", bf16_gemms), ("FP8 GEMMs alone", fp8_gemms), ("ours FP8", m.run),
+    for name, fn in decode_rows + (("bf16 cuBLAS GEMMs alone", bf16_gemms), ("FP8 GEMMs alone", fp8_gemms), ("ours FP8", m.run),
                      ("ours: quantize x", quant), ("ours: gate/up", gate_up), ("gate/up cooperative", gate_up_coop),
                      ("gate/up pingpong", gate_up_pingpong), ("gate/up stream-K", gate_up_streamk),
                      ("ours: down", down), ("down data-parallel", down_dp), ("down stream-K", down_streamk)):
@@ -278,20 +316,54 @@ def bench(M, d, H):
         rows[name] = do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
     flops = 2 * M * d * 3 * H
     ceiling = rows["FP8 GEMMs alone"]
+    floor = ""
+    if M <= DECODE_MAX_M:
+        bw = copy_bandwidth()
+        floor_us = 3 * d * H / bw * 1e6
+        rows["weight-read floor"] = floor_us
+        floor = (f"; floor {floor_us:.1f} us (copy {bw / 1e12:.2f} TB/s): decode route {rows['decode route'] / floor_us:.2f}x, "
+                 f"gate/up {rows['decode: gate/up'] / (floor_us * 2 / 3):.2f}x, down {rows['decode: down'] / (floor_us / 3):.2f}x")
     log(f"bench M={M:5d} d={d:5d} H={H:5d}: " + ", ".join(f"{k} {v:8.1f} us" for k, v in rows.items())
-        + f"; ours {flops / rows['ours FP8'] / 1e6:.0f} TFLOP/s, {rows['ours FP8'] / ceiling:.2f}x FP8 GEMMs alone")
+        + f"; ours {flops / rows['ours FP8'] / 1e6:.0f} TFLOP/s, {rows['ours FP8'] / ceiling:.2f}x FP8 GEMMs alone" + floor)
     return dict(M=M, d=d, H=H, **rows)
+
+
+def copy_bandwidth():
+    """Device-to-device copy rate of a 1 GiB buffer, bytes read + written per second (as
+    benchmarks/compare_fp8_mlp.py): the weight-read floor's rate."""
+    from triton.testing import do_bench
+
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = do_bench(lambda: b.copy_(a), warmup=10, rep=100, return_mode="median")
+    return 2 * a.numel() / (ms * 1e-3)
 
 
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, ".sm90dev")
     torch.manual_seed(0)
     log(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if os.environ.get("FP8_DECODE_NCU"):  # one decode-route call per size, for Nsight Compute
+        for M, d, H in ((1, 3072, 24576), (4, 3072, 24576)):
+            Fp8Mlp(M, d, H).run_decode()
+        torch.cuda.synchronize()
+        return
     if os.environ.get("FP8_DIAGNOSE"):
         diagnose(7)
         diagnose(64)
         return
     checks = []
+    for M in (1, 2, 3, 4):
+        checks.append(check(M, 768, 3072, decode=True))
+    checks.append(check(1, 3072, 24576, decode=True, residual=True))
+    checks.append(check(4, 2048, 16384, decode=True, approximate=0))
+    checks.append(check(3, 384, 640, decode=True, residual=True, dtype=torch.float16))
+    checks.append(check(2, 128, 128, decode=True))
+    if os.environ.get("FP8_DECODE_ONLY"):
+        for M, d, H in ((1, 3072, 24576), (4, 3072, 24576), (1, 2048, 16384), (4, 2048, 16384)):
+            bench(M, d, H)
+        log("ALL OK" if all(c["ok"] for c in checks) else "SOME FAILED")
+        return
     for M in (1, 7, 16, 64, 129, 1000):
         checks.append(check(M, 768, 3072))
     checks.append(check(129, 128, 128))
