@@ -19,7 +19,11 @@ Modes (--mode, comma list; default prefill, decode, generate):
   decode    tokens/s of one-token steps at batch 16 over a 512-token KV cache
   train     tokens/s of one training step (forward, causal-LM loss, backward for
             every parameter; batch 1, --train-tokens tokens), the rows kernelized
-            with Mode.TRAINING (geglu's layers then take their autograd route)
+            with Mode.TRAINING (geglu's layers then take their autograd route;
+            geglu+compile: Mode.TRAINING | Mode.TORCH_COMPILE), every row built and
+            warmed up first, then timed in --rounds interleaved rounds of --iters
+            steps (median and min-max over the rounds, ratios to eager and to
+            torch.compile taken within each round)
   generate  tokens/s of `model.generate()` as users call it: greedy, a 128-token
             prompt, exactly 64 new tokens (min_new_tokens = max_new_tokens: no row
             stops early), at batch 1 and 8, with
@@ -43,6 +47,7 @@ what has not started by then (reported as skipped).
 
     python benchmarks/compare_models.py                          # GPU, all modes
     python benchmarks/compare_models.py --mode generate --rounds 5
+    python benchmarks/compare_models.py --mode train --rows eager,torch.compile,geglu+compile --rounds 5
     python benchmarks/compare_models.py --device cpu --tiny      # smoke test of the script
 
 Prints a table last; JSON (device, versions, date) to $OUT/models_bench[_TAG].json (when
@@ -370,17 +375,12 @@ def mlp_share(model, fn, device: str) -> float:
 
 
 def run_steps(name, base, args, device) -> dict:
-    """The prefill and decode-step rows (one row after the other, as before)."""
+    """The prefill and decode-step rows (one row after the other)."""
     g = torch.Generator().manual_seed(1)
     prefill_ids = torch.randint(2, args.vocab, (1, args.prefill), generator=g).to(device)
     prompt = torch.randint(2, args.vocab, (args.batch, args.context), generator=g).to(device)
-    train_ids = torch.randint(2, args.vocab, (1, args.train_tokens), generator=g).to(device)
     with torch.no_grad():
         ref_logits = base(input_ids=prompt[:2], use_cache=False).logits.float()
-    if "train" in args.step_modes:  # the eager model's loss and MLP weight gradient, for every row's check
-        ref_model = make_row("eager", base, device, training=True)
-        ref_loss, ref_grad = loss_and_mlp_grad(ref_model, train_ids[:, :256])
-        del ref_model
     results = {}
     for row in args.rows:
         log(f"{name} / {row}")
@@ -397,13 +397,6 @@ def run_steps(name, base, args, device) -> dict:
                 with torch.no_grad():
                     out = model(input_ids=prompt[:2], use_cache=False).logits.float()
                 r["logits_rel_err_vs_eager"] = ((out - ref_logits).abs().max() / ref_logits.abs().max()).item()
-                if "train" in args.step_modes:
-                    tmodel = make_row(row, base, device, args.compile_backend, training=True)
-                    loss, grad = loss_and_mlp_grad(tmodel, train_ids[:, :256])
-                    r["train_loss_rel_err_vs_eager"] = abs(loss - ref_loss) / abs(ref_loss)
-                    r["train_grad_rel_err_vs_eager"] = ((grad - ref_grad).norm() / ref_grad.norm()).item()
-                    r.update(train_rates(tmodel, train_ids, device, args.warmup, args.iters))
-                    del tmodel, grad
                 if "prefill" in args.step_modes:
                     r["prefill_tokens_per_s"] = prefill_tokens_per_s(
                         model, prefill_ids, device, args.warmup, args.iters
@@ -432,6 +425,94 @@ def run_steps(name, base, args, device) -> dict:
         if device == "cuda":
             torch.cuda.empty_cache()
         torch._dynamo.reset()
+    return results
+
+
+# --------------------------------------------------------------------------- training step
+
+
+def run_train(name, base, args, device) -> dict:
+    """Training-step rows in interleaved rounds. Every row's model is built first (kernelized
+    with Mode.TRAINING; a compiled row compiles in its first step), checked against eager's
+    loss and first down-projection gradient, and warmed up; then each of --rounds rounds
+    times --iters steps of every row, in an order rotated each round. Per row: tokens/s
+    (each round's median step; median and min-max over the rounds), the ratio to eager and
+    to the torch.compile row within each round, every step's time, the allocator's device
+    calls in the timed steps, graph breaks and recompiles in warm-up and in the rounds."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(2, args.vocab, (1, args.train_tokens), generator=g).to(device)
+    check_ids = ids[:, :256]
+    ref_model = make_row("eager", base, device, training=True)  # every row's check
+    ref_loss, ref_grad = loss_and_mlp_grad(ref_model, check_ids)
+    del ref_model
+    results, steps = {}, {}
+    for row in args.rows:
+        if over_budget(args):
+            results[row] = {"train_skipped": f"time budget of {args.time_budget:.0f} s spent"}
+            log(f"{name} train / {row}: {results[row]['train_skipped']}")
+            continue
+        before = compile_counts()
+        t0 = time.time()
+        try:
+            with phase(args, f"{name} train: build, check, warm up {row}"):
+                model = make_row(row, base, device, args.compile_backend, training=True)
+                r = {}
+                if row not in ("eager", "torch.compile"):
+                    r["kernelized"] = example.count_kernelized(unwrap(model))
+                loss, grad = loss_and_mlp_grad(model, check_ids)
+                r["train_loss_rel_err_vs_eager"] = abs(loss - ref_loss) / abs(ref_loss)
+                r["train_grad_rel_err_vs_eager"] = ((grad - ref_grad).norm() / ref_grad.norm()).item()
+                del grad
+                step = train_step(model, ids)
+                for _ in range(args.warmup):
+                    step()
+                sync(device)
+        except Exception as e:  # a row that cannot run is reported, the rest go on
+            results[row] = {"train_skipped": f"{type(e).__name__}: {e}"[:300]}
+            log(f"{name} train / {row}: skipped: {results[row]['train_skipped']}")
+            if args.verbose:
+                traceback.print_exc()
+            continue
+        r["warmup_seconds"] = round(time.time() - t0, 1)
+        r["warmup"] = counts_since(before)
+        results[row], steps[row] = r, step
+
+    active = list(steps)
+    rates = {row: [] for row in active}
+    times = {row: [] for row in active}
+    alloc = {row: {} for row in active}
+    in_rounds = {row: None for row in active}
+    with phase(args, f"{name} train: {args.rounds} rounds x {len(active)} rows"):
+        for rnd in range(args.rounds if active else 0):
+            if rnd > 0 and over_budget(args):
+                log(f"{name} train: time budget spent after {rnd} rounds")
+                break
+            for row in active[rnd % len(active) :] + active[: rnd % len(active)]:
+                before, before_alloc = compile_counts(), allocator_counts(device)
+                t = [timed(steps[row], device) for _ in range(args.iters)]
+                times[row] += t
+                rates[row].append(ids.numel() / statistics.median(t))
+                for k, v in allocator_counts(device).items():
+                    alloc[row][k] = alloc[row].get(k, 0) + v - before_alloc[k]
+                delta = counts_since(before)
+                if in_rounds[row] is None:
+                    in_rounds[row] = delta
+                else:
+                    for k in ("graph_breaks", "cudagraph_skips", "graphs_compiled"):
+                        in_rounds[row][k] += delta[k]
+    for row in active:
+        r = results[row]
+        if not rates[row]:
+            continue
+        r["train_tokens_per_s"] = statistics.median(rates[row])
+        r["train_rounds_tokens_per_s"] = spread(rates[row])
+        for anchor in ("eager", "torch.compile"):
+            if row != anchor and rates.get(anchor):
+                r[f"train_vs_{anchor}"] = spread(a / b for a, b in zip(rates[row], rates[anchor]))
+        r["train_step_ms"] = [round(t * 1e3, 2) for t in times[row]]
+        r["train_allocator_calls_in_timed_steps"] = alloc[row]
+        r["train_in_timed_rounds"] = in_rounds[row]
+        log(f"{name} train / {row}: {json.dumps({k: v for k, v in r.items() if k != 'train_step_ms'})}")
     return results
 
 
@@ -641,8 +722,8 @@ def device_short(device: str) -> str:
 
 def steps_table(report: dict) -> str:
     lines = [
-        f"{'model':<10} {'row':<14} {'prefill tok/s':>14} {'decode tok/s':>13} {'train tok/s':>12} "
-        f"{'MLP share (prefill/decode)':>27} {'vs eager (prefill/decode/train)':>32}"
+        f"{'model':<10} {'row':<14} {'prefill tok/s':>14} {'decode tok/s':>13} "
+        f"{'MLP share (prefill/decode)':>27} {'vs eager (prefill/decode)':>26}"
     ]
 
     def num(r, key):
@@ -661,11 +742,42 @@ def steps_table(report: dict) -> str:
                 lines.append(f"{name:<10} {row:<14} skipped: {r['skipped'][:70]}")
                 continue
             share = f"{pct(r, 'prefill_mlp_share')} / {pct(r, 'decode_mlp_share')}"
-            keys = ("prefill_tokens_per_s", "decode_tokens_per_s", "train_tokens_per_s")
+            keys = ("prefill_tokens_per_s", "decode_tokens_per_s")
             speed = " / ".join(ratio(r, eager, k) for k in keys)
             lines.append(
-                f"{name:<10} {row:<14} {num(r, keys[0]):>14} {num(r, keys[1]):>13} {num(r, keys[2]):>12} "
-                f"{share:>27} {speed:>32}"
+                f"{name:<10} {row:<14} {num(r, keys[0]):>14} {num(r, keys[1]):>13} {share:>27} {speed:>26}"
+            )
+    return "\n".join(lines)
+
+
+def train_table(report: dict) -> str:
+    lines = [
+        f"{'model':<10} {'row':<14} {'tok/s median':>13} {'(min - max)':>21} {'vs eager':>22} "
+        f"{'vs torch.compile':>22} {'grad err':>9}"
+    ]
+
+    def ratio(r, key):
+        v = r.get(key)
+        return f"{v['median']:.3f}x ({v['min']:.3f}-{v['max']:.3f})" if v else "-"
+
+    for name, rows in report["models"].items():
+        for row, r in rows.items():
+            if "train_rounds_tokens_per_s" not in r:
+                why = r.get("train_skipped", "no timed round")
+                lines.append(f"{name:<10} {row:<14} skipped: {why[:70]}")
+                continue
+            t = r["train_rounds_tokens_per_s"]
+            warn = ""
+            for key in ("warmup", "train_in_timed_rounds"):
+                counts = r.get(key) or {}
+                if counts.get("graph_breaks"):
+                    warn += f"  ! {counts['graph_breaks']} graph breaks ({key})"
+                if key == "train_in_timed_rounds" and counts.get("graphs_compiled"):
+                    warn += "  ! compiled in timed rounds"
+            t_range = f"({t['min']:,.0f} - {t['max']:,.0f})"
+            lines.append(
+                f"{name:<10} {row:<14} {t['median']:>13,.0f} {t_range:>21} {ratio(r, 'train_vs_eager'):>22} "
+                f"{ratio(r, 'train_vs_torch.compile'):>22} {r['train_grad_rel_err_vs_eager']:>9.2e}{warn}"
             )
     return "\n".join(lines)
 
@@ -749,14 +861,14 @@ def main(argv=None) -> int:
     ap.add_argument("--train-tokens", type=int, default=2048, help="train: tokens per step (batch 1)")
     ap.add_argument("--context", type=int, default=512, help="KV cache length when decoding starts")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=5, help="timed calls per row (train: per row and round)")
     ap.add_argument("--decode-steps", type=int, default=16)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--gen-tokens", type=int, default=64, help="generate(): new tokens per call (all rows)")
     ap.add_argument("--gen-prompt", type=int, default=128, help="generate(): prompt tokens")
     ap.add_argument("--gen-batches", default="1,8", help="generate(): comma list of batch sizes")
     ap.add_argument("--gen-caches", default=",".join(GEN_CACHES), help=f"generate(): comma list of {GEN_CACHES}")
-    ap.add_argument("--rounds", type=int, help="generate(): interleaved timing rounds (default 3; --tiny: 1)")
+    ap.add_argument("--rounds", type=int, help="generate() and train: interleaved timing rounds (default 3; --tiny: 1)")
     ap.add_argument(
         "--compile-backend", help="torch.compile backend of the compiled rows (default inductor; --tiny: eager)"
     )
@@ -777,7 +889,7 @@ def main(argv=None) -> int:
     for r in args.rows:
         if r not in ROWS:
             ap.error(f"--rows: {r!r} is not one of {ROWS}")
-    args.step_modes = [m for m in args.modes if m in ("prefill", "decode", "train")]
+    args.step_modes = [m for m in args.modes if m in ("prefill", "decode")]
     args.gen_batches = [int(b) for b in args.gen_batches.split(",")]
     args.gen_caches = args.gen_caches.split(",")
     for c in args.gen_caches:
@@ -808,20 +920,26 @@ def main(argv=None) -> int:
         "generate": {},
     }
     # generate() first, for every size: what --time-budget leaves out is the older
-    # prefill / decode-step rows.
-    for run, wanted in ((run_generate, "generate" in args.modes), (run_steps, bool(args.step_modes))):
+    # prefill / decode-step rows, then the training rows.
+    phases = ((run_generate, "generate" in args.modes), (run_steps, bool(args.step_modes)),
+              (run_train, "train" in args.modes))
+    for run, wanted in phases:
         for name, size in sizes.items():
             if not wanted:
                 continue
             key = "generate" if run is run_generate else "models"
+            rows = report[key].setdefault(name, {})
             if over_budget(args):
-                why = {"skipped": f"time budget of {args.time_budget:.0f} s spent"}
-                report[key][name] = {k: dict(why) for k in (args.gen_caches if key == "generate" else args.rows)}
-                log(f"{name} {key}: {why['skipped']}")
+                skipped = "train_skipped" if run is run_train else "skipped"
+                why = {skipped: f"time budget of {args.time_budget:.0f} s spent"}
+                for k in args.gen_caches if key == "generate" else args.rows:
+                    rows.setdefault(k, {}).update(why)
+                log(f"{name} {run.__name__}: {why['skipped']}")
                 continue
             with phase(args, f"{name} build"):
                 base = build_model(size, args.layers, args.vocab, device, dtype)
-            report[key][name] = run(name, base, args, device)
+            for k, v in run(name, base, args, device).items():  # a row's training figures join its others
+                rows.setdefault(k, {}).update(v)
             del base
             free_memory(device)
     report["seconds"] = round(elapsed(args), 1)
@@ -836,10 +954,14 @@ def main(argv=None) -> int:
         Path(os.environ["OUT"], f"models_bench{tag}.json").write_text(text + "\n")
     print()
     print(f"{report['device']}, {report['dtype']}, {args.layers} decoder layers, vocab {args.vocab}, {report['date']}")
-    if report["models"]:
-        print(f"prefill {args.prefill} tokens (batch 1), decode batch {args.batch} at context {args.context}, "
-              f"training step of {args.train_tokens} tokens (batch 1)")
+    if report["models"] and args.step_modes:
+        print(f"prefill {args.prefill} tokens (batch 1), decode batch {args.batch} at context {args.context}")
         print(steps_table(report))
+        print()
+    if report["models"] and "train" in args.modes:
+        print(f"training step of {args.train_tokens} tokens (batch 1), {args.iters} steps a row in each of "
+              f"{args.rounds} interleaved rounds; tok/s = tokens / a round's median step")
+        print(train_table(report))
         print()
     if report["generate"]:
         print(

@@ -121,3 +121,37 @@ def spy(monkeypatch, module, name):
 
     monkeypatch.setattr(module, name, wrapper)
     return calls
+
+
+def inductor_graphs_backend(graphs: dict):
+    """A torch.compile backend that hands a graph to AOT autograd as Inductor does (its
+    decompositions, its min-cut partitioner: what is saved and what is recomputed) and
+    records what Inductor would receive, without generating code (the graphs run as
+    they are): per compiled graph, under "forward" and "backward", a Counter of its
+    ops; under "saved", a Counter of (shape, dtype) of the tensors the forward keeps for
+    the backward (the backward's inputs other than its incoming gradients)."""
+    from collections import Counter
+
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.decomposition import select_decomp_table
+
+    def record(kind):
+        def compile_graph(gm, example_inputs):
+            nodes = list(gm.graph.nodes)
+            graphs.setdefault(kind, []).append(Counter(str(n.target) for n in nodes if n.op == "call_function"))
+            if kind == "backward":
+                vals = [n.meta.get("val") for n in nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
+                graphs.setdefault("saved", []).append(
+                    Counter((tuple(v.shape), v.dtype) for v in vals if isinstance(v, torch.Tensor))
+                )
+            return make_boxed_func(gm.forward)
+
+        return compile_graph
+
+    return aot_autograd(
+        fw_compiler=record("forward"),
+        bw_compiler=record("backward"),
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=select_decomp_table(),
+    )

@@ -3,7 +3,7 @@ forward and backward, against float64 autograd of the eager formulas.
 
 Routes (linear.py's docstring): torch's GEMMs (F.linear, torch._addmm_activation on
 CUDA) plus the package's differentiable geglu for every call that needs gradients or
-runs on CPU; the fused Triton gate/up GEMM (`_geglu_linear_fused`) only for no-grad
+runs on CPU (under torch.compile with gradients, torch's F.gelu * up); the fused Triton gate/up GEMM (`_geglu_linear_fused`) only for no-grad
 CUDA calls. A compiled variant runs geglu_mlp and linear_bias_gelu as one native op
 each (`_geglu_mlp`, `_linear_bias_gelu`: checks, routing and launches in C++); the
 tests run both the native and the Python routes (`mlp_route`).
@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import HAS_CUDA, compiled_count, poisoned_like
+from conftest import HAS_CUDA, compiled_count, inductor_graphs_backend, poisoned_like
 
 DEV = "cuda" if HAS_CUDA else "cpu"
 # Public functions: every float dtype on either device (no Triton on CPU). Kernels:
@@ -507,23 +507,45 @@ def test_routes_taken_by_the_public_functions(kernel, routes, monkeypatch):
     check(False)
 
 
-def test_torch_compile_traces_the_composition_not_the_native_op(kernel):
-    """Under torch.compile a training geglu_mlp is traced as F.linear + geglu + F.linear
-    (the compiled op hides its kernels from the compiler), with no graph break."""
-    targets = []
+# name: (the call on x and the weights, its GEMMs in the forward graph)
+COMPILED_GRAD_CALLS = {
+    "geglu_mlp": (lambda k, x, wg, wu, wd: k.geglu_mlp(x, wg, wu, wd), 3),
+    "geglu_mlp merged + residual": (lambda k, x, wg, wu, wd: k.geglu_mlp(x, torch.cat([wg, wu]), None, wd, residual=x), 2),
+    "geglu_linear": (lambda k, x, wg, wu: k.geglu_linear(x, wg, wu, approximate="none"), 2),
+}
 
-    def record(gm, example_inputs):
-        targets.extend(str(node.target) for node in gm.graph.nodes if node.op == "call_function")
-        return gm.forward
+
+@pytest.mark.parametrize("x_shape", [(5, 40), (2, 3, 40)], ids=["2d", "3d"])
+@pytest.mark.parametrize("call", list(COMPILED_GRAD_CALLS))
+def test_torch_compile_with_grad_traces_torch_ops_alone(kernel, call, x_shape):
+    """Under torch.compile a call that needs gradients is traced as torch's ops alone,
+    F.linear, F.gelu, a product, F.linear, on x as given, as the eager module is: no op
+    of this package reaches Inductor (the native MLP op would hide its kernels, the geglu
+    op and its backward are opaque calls it could not fuse the GeGLU into), no graph
+    break; the values and gradients are the eager route's."""
+    fn, forward_gemms = COMPILED_GRAD_CALLS[call]
+    dtype = torch.float32
+    x = leaf(rand(x_shape, dtype, seed=1))
+    wg, wu, wd = (leaf(weight(24, 40, dtype, 2)), leaf(weight(24, 40, dtype, 3)), leaf(weight(40, 24, dtype, 4)))
+    inputs = [x, wg, wu, wd][: fn.__code__.co_argcount - 1]
+    y_eager = fn(kernel, *inputs)
+    dy = rand(y_eager.shape, dtype, seed=6)
+    want = grads_of(y_eager, dy, inputs)
 
     torch._dynamo.reset()
-    dtype = torch.float32
-    x = leaf(rand((5, 40), dtype, seed=1))
-    wg, wu, wd = weight(24, 40, dtype, 2), weight(24, 40, dtype, 3), weight(40, 24, dtype, 4)
-    fn = torch.compile(lambda x: kernel.geglu_mlp(x, wg, wu, wd), fullgraph=True, backend=record)
-    fn(x).sum().backward()
-    assert not any("_geglu_mlp" in t for t in targets), targets
-    assert sum("linear" in t for t in targets) == 3, targets
+    graphs = {}
+    compiled = torch.compile(lambda *a: fn(kernel, *a), fullgraph=True, backend=inductor_graphs_backend(graphs))
+    y = compiled(*inputs)
+    got = grads_of(y, dy, inputs)
+    torch._dynamo.reset()
+
+    namespace = kernel.linear.add_op_namespace_prefix("").rstrip(":")
+    traced = [op for kind in ("forward", "backward") for g in graphs[kind] for op in g]
+    assert not [op for op in traced if namespace in op], traced
+    assert len(graphs["forward"]) == 1
+    assert sum(n for op, n in graphs["forward"][0].items() if op in ("aten.mm.default", "aten.addmm.default")) == forward_gemms
+    assert_close(y, y_eager, dtype, "forward")
+    check_grads(got, want, dtype, ["x", "w_gate", "w_up", "w_down"][: len(inputs)])
 
 
 def _saved_activation_numel(fn, inputs):

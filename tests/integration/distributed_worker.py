@@ -21,6 +21,7 @@ hidden 64), kernelized through example.py's recipe; --size gemma-2b (GPU) is wid
 
 import argparse
 import contextlib
+import collections
 import copy
 import inspect
 import json
@@ -601,6 +602,7 @@ def case_compile_fsdp2(device, dtype, size, steps=2):
         result[name]["graph_breaks"] = sorted(counters["graph_break"])
         result[name]["graphs"] = counters["stats"]["unique_graphs"]
         result[name]["geglu_ops"] = sorted({op for op in ops if "_geglu_" in op})
+        result[name]["ops"] = dict(collections.Counter(ops))
     return result
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, inductor_graphs_backend
 sys.path.insert(0, str(REPO))
 
 import example  # noqa: E402  (the recipe under test: the README's code)
@@ -198,6 +198,57 @@ def test_compiles_fullgraph(kind, device, layer):
     inputs = example.model_inputs(model)
     reference = None if model_dtype(device) == torch.float32 else build(kind, device, torch.float32).eval()
     assert_close_to_original(compiled, original, inputs, reference)
+
+
+GEMM_OPS = {f"aten.{name}.default" for name in ("mm", "addmm", "bmm", "baddbmm")}
+
+
+def gemms(ops) -> int:
+    """GEMM calls in a graph's Counter of ops."""
+    return sum(n for op, n in ops.items() if op in GEMM_OPS)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_training_is_the_model_compiled_alone(device, layer, kernel):
+    """Mode.TRAINING | Mode.TORCH_COMPILE, then torch.compile(fullgraph=True), training:
+    Inductor receives the forward and backward graphs it gets compiling the model alone,
+    op for op (GEMMs, the GELU it fuses with the product each way, no op of this package
+    it could not fuse), with the same tensors saved for the backward; no graph break;
+    the same loss and gradients. Kernelizing for compiled training then costs nothing
+    against compiling the model alone."""
+    original = build("gemma", device).train()
+    kernelized = example.kernelize_with_geglu(
+        copy.deepcopy(original), mode=Mode.TRAINING | Mode.TORCH_COMPILE, layer=layer
+    )
+    assert example.count_kernelized(kernelized) == {"GeGLUMLP": 2}
+    inputs = example.model_inputs(original)
+    graphs, losses, grads = {}, {}, {}
+    for name, model in (("alone", original), ("kernelized", kernelized)):
+        torch._dynamo.reset()
+        graphs[name] = {}
+        compiled = torch.compile(model, fullgraph=True, backend=inductor_graphs_backend(graphs[name]))
+        loss = loss_of(compiled, inputs)
+        loss.backward()
+        losses[name] = loss.detach()
+        grads[name] = {n: p.grad for n, p in model.named_parameters()}
+    torch._dynamo.reset()
+
+    namespace = kernel.linear.add_op_namespace_prefix("").rstrip(":")
+    package_ops = [op for kind in ("forward", "backward") for g in graphs["kernelized"][kind] for op in g if namespace in op]
+    assert not package_ops, f"opaque to Inductor: {package_ops}"
+    for kind in ("forward", "backward"):
+        got, want = graphs["kernelized"][kind], graphs["alone"][kind]
+        assert [gemms(g) for g in got] == [gemms(g) for g in want], f"{kind} GEMMs"
+        assert got == want, f"{kind} graphs differ"
+    assert graphs["kernelized"]["saved"] == graphs["alone"]["saved"]
+
+    # The same graphs: float32 gives the same numbers; in bf16 on a GPU, kernels that
+    # accumulate with atomics (attention's backward) may round differently run to run.
+    tol = 1e-5 if model_dtype(device) == torch.float32 else 2e-2
+    assert rel_err(losses["kernelized"], losses["alone"]) < tol
+    assert grads["kernelized"].keys() == grads["alone"].keys()
+    for n, g in grads["alone"].items():
+        assert g is not None and rel_err(grads["kernelized"][n], g) < tol, n
 
 
 # --------------------------------------------------------------------------- fallback

@@ -11,7 +11,9 @@ per-call copies.
 
 On a compiled variant each block's forward is one native op call (`_geglu_mlp`,
 `_linear_bias_gelu`: checks, routing and launches in C++); the Python here only
-decides whether the module is one the kernels compute exactly.
+decides whether the module is one the kernels compute exactly. Training under
+torch.compile, the functional API hands the compiler torch's ops instead, the graph of
+the module's own forward, which Inductor fuses and differentiates (linear.py).
 
 The functional API these call picks the kernel for the tensor's device (compiled
 or Triton on CUDA, native kernels on CPU), so a kernelized model also runs on CPU.

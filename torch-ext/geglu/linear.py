@@ -25,6 +25,10 @@ torch.compile with gradients and calls that need gradients take:
     geglu_mlp          geglu_linear's routes, then the down projection on cuBLAS with its
                        bias and the residual (`_down_proj`).
 
+Under torch.compile, a call that needs gradients is torch's ops alone, on x as given:
+F.linear, F.gelu(gate) * up, F.linear (+ residual), the graph the eager module gives
+(`_traced_with_grad`), which Inductor fuses and differentiates itself.
+
 The MLP's names: `geglu_mlp` (public) checks the operands' types and calls
 `mlp_layer_entry` (also the layers' entry), which calls the native op `_geglu_mlp` (with
 gradients `_GegluMlpTrain`) or the Python composition `_composed_mlp`.
@@ -44,7 +48,7 @@ import torch.nn.functional as F
 from ._checks import check_approximate, check_gate_up, check_linear_operand, check_vector, check_x
 from ._fastpath import PLAIN_TYPES, all_plain, direct_call_ok
 from ._ops import add_op_namespace_prefix, ops
-from .activation import NATIVE_DEVICE_TYPES, _geglu, _geglu_merged
+from .activation import NATIVE_DEVICE_TYPES, _eager_geglu, _geglu, _geglu_merged, _halves
 
 # Imported only where triton is installed (the composition serves every call without
 # it); any other import error in the kernel module surfaces as itself.
@@ -89,18 +93,37 @@ def _needs_grad(*tensors) -> bool:
 # --------------------------------------------------------------------------- routes
 
 
-def _composed_gate_up(x: Tensor, w_gate: Tensor, w_up: Optional[Tensor], b_gate, b_up, approximate: str) -> Tensor:
+def _composed_gate_up(
+    x: Tensor, w_gate: Tensor, w_up: Optional[Tensor], b_gate, b_up, approximate: str, torch_ops: bool = False
+) -> Tensor:
     """gelu(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up) from torch's GEMMs and the
     package's geglu, differentiable through autograd. A merged weight runs as one GEMM
     writing [gate | up], whose halves geglu_merged reads in place. Autograd saves x and
-    the pre-activations (2*M*hidden), against eager's gate, gelu(gate) and up."""
+    the pre-activations (2*M*hidden), against eager's gate, gelu(gate) and up.
+
+    torch_ops: the GeGLU as torch's `F.gelu(gate) * up` instead of the package's op,
+    for torch.compile with gradients (`_traced_with_grad`)."""
     if w_up is None:
         bias = b_gate
         hidden = w_gate.shape[0] // 2
         if b_up is not None or (b_gate is not None and b_gate.shape[0] == hidden):  # split biases
             bias = torch.cat([_or_zeros(b_gate, b_up), _or_zeros(b_up, b_gate)])
-        return _geglu_merged(F.linear(x, w_gate, bias), approximate)
-    return _geglu(F.linear(x, w_gate, b_gate), F.linear(x, w_up, b_up), approximate)
+        pre = F.linear(x, w_gate, bias)
+        return _eager_geglu(*_halves(pre), approximate) if torch_ops else _geglu_merged(pre, approximate)
+    gate, up = F.linear(x, w_gate, b_gate), F.linear(x, w_up, b_up)
+    return _eager_geglu(gate, up, approximate) if torch_ops else _geglu(gate, up, approximate)
+
+
+def _traced_with_grad(*tensors) -> bool:
+    """Whether torch.compile is tracing a call that needs gradients. Such a call is
+    composed of torch's ops alone, on x as given, as the eager module computes it:
+    F.linear, F.gelu, a product, F.linear (+ residual). Inductor then fuses the GeGLU
+    into one pointwise kernel each way (the backward writing into the pre-activations'
+    buffers), adds the two halves of x's gradient inside its next kernel, and picks
+    what to save, as it does compiling the module alone; the package's ops would be
+    opaque calls it can neither fuse nor plan memory around (docs/DESIGN.md,
+    "Training")."""
+    return torch.compiler.is_compiling() and _needs_grad(*tensors)
 
 
 def _or_zeros(t: Optional[Tensor], like: Tensor) -> Tensor:
@@ -387,6 +410,8 @@ def geglu_linear(
         except RuntimeError:
             _refused_by_dispatcher(_check_geglu_linear, x, *operands, approximate)
     hidden = _check_geglu_linear(x, *operands, approximate)
+    if _traced_with_grad(x, *operands):
+        return _composed_gate_up(x, *operands, approximate, torch_ops=True)
     h = _gate_up(_flatten_tokens(x), w_gate, w_up, b_gate, b_up, approximate)
     return h if x.dim() == 2 else h.reshape(*x.shape[:-1], hidden)
 
@@ -464,6 +489,9 @@ def _composed_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appro
     GEMM, then the down GEMM): where the native op does not serve, and for tensor
     subclasses, whose checks and dispatch happen here."""
     _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate)
+    if _traced_with_grad(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual):
+        y = F.linear(_composed_gate_up(x, w_gate, w_up, b_gate, b_up, approximate, torch_ops=True), w_down, b_down)
+        return y if residual is None else y + residual
     x2 = _flatten_tokens(x)
     res = None if residual is None else _flatten_tokens(residual)
     y = _down_proj(_gate_up(x2, w_gate, w_up, b_gate, b_up, approximate), w_down, b_down, res)
