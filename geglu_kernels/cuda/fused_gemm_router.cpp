@@ -24,7 +24,7 @@
 //   (fp8_quantize_rows.cu), the block-scaled FP8 gate/up GEMM with the GeGLU and h's
 //   quantization in its epilogue, the block-scaled down GEMM with the residual
 //   (fp8_mlp_sm90.cu; stream-K at up to 64 tokens, its workspace in the one allocation);
-//   at up to 4 tokens the weight-streaming decode kernels in place of both GEMMs
+//   at 1 token the weight-streaming decode kernels in place of both GEMMs
 //   (fp8_decode_sm90.cu); elsewhere the Python function runs its dequantizing composite.
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) above 128 tokens, where it beats cuBLAS(Lt) with either GELU;
@@ -301,6 +301,12 @@ OptTensor fused_small_batch_mlp(const Tensor &x, const Tensor &w_gate, const Ten
 
 bool fp8_mlp_served(const Tensor &x) { return is_sm90(x); }
 
+// The FP8 decode kernels serve up to 4 tokens, but lead the block-scaled GEMMs only at 1
+// (Gemma-7B: 106.8 against 111.6 us on an H200, 120.4 against 123.0 on an H100; Gemma-2B
+// 64.6 / 69.7 and 74.3 / 79.9); at 4 tokens they tie on the H100 and lose on the H200
+// (110.1 against 104.1 at Gemma-7B), 2026-11-27.
+constexpr int64_t kFp8DecodeTokens = 1;
+
 Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
                      const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
                      const OptTensor &residual, bool tanh, IntArrayRef out_shape) {
@@ -313,9 +319,9 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   // One allocation for the quantized activations and their scales (rows padded to a
   // multiple of 4, as their TMA loads ask), each part 16-byte aligned: xq [m, k] e4m3, its
   // scales [k/128, ld] float32, hq [m, hidden], its scales [hidden/128, ld]; then the
-  // decode gate/up's float32 h [m, hidden] at up to GEGLU_FP8_DECODE_MAX_M tokens, or the
+  // decode gate/up's float32 h [m, hidden] at up to kFp8DecodeTokens tokens, or the
   // down GEMM's stream-K workspace above.
-  const bool decode = m <= GEGLU_FP8_DECODE_MAX_M;
+  const bool decode = m <= kFp8DecodeTokens;
   const int64_t ld = (m + 3) / 4 * 4;
   auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
   const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4), hq_bytes = up16(m * hidden);

@@ -578,13 +578,13 @@ def test_ue8m0_is_power_of_two_float_scales(kernel):
 
 cuda = pytest.mark.cuda
 
-# (M values, (in, hidden, out)): the big shapes at small M only. Up to 4 tokens the
-# decode kernels run (each token count; an odd count of 128-blocks along the down
-# projection's K: its two segments of unequal length), the GEMMs from 5 on.
+# (M values, (in, hidden, out)): the big shapes at small M only. At 1 token the decode
+# kernels run (with an odd count of 128-blocks along the down projection's K: its two
+# segments of unequal length), the GEMMs from 2 on.
 CUDA_GRID = [
     ([1, 4, 5, 7, 16, 64, 129, 1000, 4096], (128, 128, 128)),
     ([1, 2, 3, 4, 5, 7, 16, 64, 129, 1000, 4096], (768, 3072, 768)),
-    ([3, 4], (384, 640, 384)),
+    ([1, 3], (384, 640, 384)),
     ([1, 7, 16], (2048, 16384, 2048)),
     ([1, 16], (3072, 24576, 3072)),
 ]
@@ -611,9 +611,12 @@ def assert_kernel_matches_ref(out, ref, true=None, what=""):
     assert (err.norm(dim=-1) / row_norm).max().item() <= KERNEL_ROW_REL_RMS, what
     assert (err.abs().amax(-1) <= KERNEL_ROW_ATOL * r.abs().amax(-1) + 1e-30).all(), what
     if true is not None:
-        quantization = rel_rms(ref, true)
-        assert rel_rms(out, true) <= 2 * quantization, what
-        assert rel_rms(out, ref) < 0.25 * quantization, what
+        # Plus the output's own rounding (unit roundoff of its dtype), which the float64
+        # quantization error does not hold: with a residual much larger than the MLP's
+        # output, that error is below bf16's rounding of the sum.
+        quantization, rounding = rel_rms(ref, true), torch.finfo(out.dtype).eps / 2
+        assert rel_rms(out, true) <= 2 * quantization + rounding, what
+        assert rel_rms(out, ref) < 0.25 * quantization + rounding, what
 
 
 def assert_same_up_to_accumulation_order(a, b):
