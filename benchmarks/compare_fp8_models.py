@@ -19,7 +19,8 @@ weight by the rule Transformers' quantizer applies (scale = amax / 448 per block
 
 Measured: prefill tokens/s (one forward over --prefill tokens, batch 1, logits for the
 last token only), `generate()` tokens/s (greedy, a 128-token prompt, --gen-tokens new
-tokens, dynamic cache, batch 1 and 8), in --rounds interleaved rounds (median and
+tokens, batch 1 and 8, the dynamic cache and, on CUDA, the static cache, with which
+generate() compiles each row's decode step), in --rounds interleaved rounds (median and
 min-max; ratios to bf16 eager within each round), and the FP8 model's last-position
 logits against bf16 eager: relative error and top-1 agreement over a batch of prompts.
 
@@ -42,7 +43,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_models import REPO, SIZES, build_model, example, generate_once, prefill_tokens_per_s, sync  # noqa: E402
+from compare_models import (  # noqa: E402
+    REPO, SIZES, build_model, example, generate_once, prefill_tokens_per_s, raise_recompile_limit, sync,
+)
 
 TINY = dict(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=1, head_dim=64)
 ROWS = ["bf16 eager", "bf16 geglu", "fp8 geglu"]
@@ -78,7 +81,8 @@ def reload_fp8(model):
     """The model saved and reloaded with FineGrainedFP8Config quantizing its MLPs."""
     from transformers import AutoModelForCausalLM, FineGrainedFP8Config
 
-    keep = ["self_attn", "lm_head", "embed_tokens"]
+    # Patterns match from the name's start (or as a suffix): "model.layers.0.self_attn.q_proj".
+    keep = [r".*self_attn", "lm_head", r".*embed_tokens"]
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
         config = FineGrainedFP8Config(modules_to_not_convert=keep)
@@ -154,21 +158,29 @@ def main() -> int:
     prefill_ids = torch.randint(0, args.vocab, (1, args.prefill), device=args.device)
     gen_kw = dict(max_new_tokens=args.gen_tokens, min_new_tokens=args.gen_tokens, do_sample=False, use_cache=True,
                   pad_token_id=0)
-    cases = {"prefill": None, "generate b1": 1, "generate b8": 8}
+    # (batch, cache): the static cache makes generate() compile each row's decode step
+    # (CUDA graphs included), on CUDA only (on CPU it would compile for minutes).
+    cases = {"prefill": None, "generate b1": (1, "dynamic"), "generate b8": (8, "dynamic")}
+    if args.device == "cuda" and not args.tiny:
+        cases.update({"generate b1 static": (1, "static"), "generate b8 static": (8, "static")})
+        raise_recompile_limit()
     samples = {case: {row: [] for row in ROWS} for case in cases}
     ratios = {case: {row: [] for row in ROWS} for case in cases}
     for r in range(args.rounds):
         order = ROWS[r % len(ROWS):] + ROWS[:r % len(ROWS)]  # rotated: drift reaches every row
-        for case, batch in cases.items():
+        for case, how in cases.items():
             per_round = {}
             for row in order:
                 model = rows[row]
-                if batch is None:
+                if how is None:
                     rate = prefill_tokens_per_s(model, prefill_ids, args.device, warm, iters)
                 else:
+                    batch, cache = how
+                    kw = dict(gen_kw, cache_implementation="static") if cache == "static" else gen_kw
                     prompt = torch.randint(0, args.vocab, (batch, 128), device=args.device)
-                    generate_once(model, prompt, gen_kw, args.device)  # warm-up
-                    seconds, new = generate_once(model, prompt, gen_kw, args.device)
+                    for _ in range(2 if cache == "static" else 1):  # warm-up: compile, CUDA-graph recording
+                        generate_once(model, prompt, kw, args.device)
+                    seconds, new = generate_once(model, prompt, kw, args.device)
                     rate = new.numel() / seconds
                 per_round[row] = rate
                 samples[case][row].append(rate)
