@@ -335,15 +335,17 @@ def excerpt(name: str) -> str:
     return m.group(1)
 
 
-@pytest.mark.parametrize("name", ["recipe", "transformers-switch"])
-def test_docs_show_the_tested_code(name):
-    """The README's "Use with Transformers" section quotes
-    example.py verbatim."""
-    docs = [REPO / "README.md"]
-    sections = [p for p in docs if p.is_file() and "## Use with Transformers" in p.read_text()]
-    assert sections, "no document has a 'Use with Transformers' section"
-    for path in sections:
-        assert excerpt(name) in path.read_text(), f"{path.name} does not quote example.py's {name}"
+@pytest.mark.parametrize(
+    "name,doc,section",
+    [("recipe", "README.md", "## Use with Transformers"),
+     ("transformers-switch", "docs/TRANSFORMERS.md", "## Transformers' switch")],
+)
+def test_docs_show_the_tested_code(name, doc, section):
+    """The README's "Use with Transformers" section quotes example.py's recipe verbatim,
+    and docs/TRANSFORMERS.md its use of Transformers' own switch."""
+    text = (REPO / doc).read_text()
+    assert section in text, f"{doc} has no {section!r} section"
+    assert excerpt(name) in text, f"{doc} does not quote example.py's {name}"
 
 
 # --------------------------------------------------------------------------- Transformers' switch
