@@ -302,9 +302,10 @@ OptTensor fused_small_batch_mlp(const Tensor &x, const Tensor &w_gate, const Ten
 bool fp8_mlp_served(const Tensor &x) { return is_sm90(x); }
 
 // The FP8 decode kernels serve up to 4 tokens, but lead the block-scaled GEMMs only at 1
-// (Gemma-7B: 106.8 against 111.6 us on an H200, 120.4 against 123.0 on an H100; Gemma-2B
-// 64.6 / 69.7 and 74.3 / 79.9); at 4 tokens they tie on the H100 and lose on the H200
-// (110.1 against 104.1 at Gemma-7B), 2026-11-27.
+// (Gemma-7B: 106.8 against 111.6 us on an H200; Gemma-2B 64.6 against 69.7; on an H100,
+// with a persistent grid, 120.4 / 123.0 and 74.3 / 79.9); at 4 tokens they tie on the H100
+// and lose on the H200 (110.1 against 104.1 at Gemma-7B), 2026-11-27
+// (docs/DESIGN.md, "The FP8 decode kernels").
 constexpr int64_t kFp8DecodeTokens = 1;
 
 Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
