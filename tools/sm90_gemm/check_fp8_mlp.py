@@ -7,7 +7,8 @@ tokens the weight-streaming decode kernels (fp8_decode_sm90.cu) in their place.
         geglu_kernels/cuda/fp8_quantize_rows.cu geglu_kernels/cuda/fp8_decode_sm90.cu
     python tools/sm90_gemm/check_fp8_mlp.py [out_dir]
     FP8_DECODE_ONLY=1 python tools/sm90_gemm/check_fp8_mlp.py   # the decode kernels' checks and rows
-    FP8_DECODE_NCU=1 ncu --clock-control none -k regex:fp8_decode python tools/sm90_gemm/check_fp8_mlp.py
+    FP8_DECODE_NCU=1 ncu --clock-control none -k regex:"^(gate_up|down)" python tools/sm90_gemm/check_fp8_mlp.py
+    FP8_LIB=libother.so ...   # a library built under another name in .sm90dev/ (a variant to compare)
 
 Correctness: against float64 math on the dequantized weights and the same activation
 quantization (torch ops here), h's bytes and scales compared to the reference's, and
