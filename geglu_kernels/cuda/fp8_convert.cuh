@@ -1,6 +1,7 @@
 #pragma once
 // float32 to e4m3 for the FP8 MLP's activation quantization (fp8_mlp_sm90.h states the
-// rule): the conversion and the correctly rounded quotient by a group's scale.
+// rule): the conversion, the correctly rounded quotient by a group's scale, and a
+// 128-column group's scale and values as 16 lanes hold them.
 
 #include <cstdint>
 
@@ -22,6 +23,25 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
 __device__ __forceinline__ float div_by_scale(float v, float scale, float r) {
   const float q = v * r;
   return fmaf(fmaf(-q, scale, v), r, q);
+}
+
+// A 128-column group held 8 values a lane by 16 consecutive lanes (every lane of the warp
+// calls; a lane with no data passes 0): the group's scale, amax / 448, or 1 where amax is 0.
+__device__ __forceinline__ float group_scale(float lane_amax) {
+  float amax = lane_amax;
+#pragma unroll
+  for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  return amax > 0.0f ? amax / 448.0f : 1.0f;
+}
+
+// A lane's 8 values of the group as e4m3(v / scale), the quotients correctly rounded, in
+// two words (the first value in the low byte).
+__device__ __forceinline__ uint2 quantize8(const float (&v)[8], float scale) {
+  const float r = __frcp_rn(scale);
+  float d[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) d[i] = div_by_scale(v[i], scale, r);
+  return make_uint2(e4m3x2(d[0], d[1]) | (e4m3x2(d[2], d[3]) << 16), e4m3x2(d[4], d[5]) | (e4m3x2(d[6], d[7]) << 16));
 }
 
 }  // namespace fp8_convert

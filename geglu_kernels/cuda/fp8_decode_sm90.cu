@@ -293,20 +293,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gate_up(const Params p
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
     }
-#pragma unroll
-    for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = fp8_convert::group_scale(amax);
     if (t == 0) p.counters[group] = 0;
     if (token >= p.M) return;
-    using fp8_convert::div_by_scale;
-    using fp8_convert::e4m3x2;
-    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-    const float r = __frcp_rn(scale);
-    float d[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) d[i] = div_by_scale(v[i], scale, r);
-    const uint2 packed = make_uint2(e4m3x2(d[0], d[1]) | (e4m3x2(d[2], d[3]) << 16),
-                                    e4m3x2(d[4], d[5]) | (e4m3x2(d[6], d[7]) << 16));
-    *reinterpret_cast<uint2*>(p.hq + token * H + col) = packed;
+    *reinterpret_cast<uint2*>(p.hq + token * H + col) = fp8_convert::quantize8(v, scale);
     if (l == 0) p.sh[group * p.ld_sh + token] = scale;
   });
 }

@@ -87,6 +87,18 @@ struct GateUpArgs {  // the params-cache key: zeroed, padding included, before i
   int approximate;
 };
 
+// The key of one call: zeroed, padding included, then filled.
+GateUpArgs gate_up_args(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K, const void* wg,
+                        const float* sg, const void* wu, const float* su, int64_t H, void* hq, float* sh,
+                        int64_t ld_sh, int approximate) {
+  GateUpArgs a;
+  std::memset(&a, 0, sizeof(a));
+  a.xq = xq; a.sx = sx; a.ld_sx = ld_sx; a.M = M; a.K = K;
+  a.wg = wg; a.sg = sg; a.wu = wu; a.su = su; a.H = H;
+  a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.approximate = approximate ? 1 : 0;
+  return a;
+}
+
 // GateUpArgs into the gate/up GEMM's arguments.
 struct FillGateUp {
   template <class Arguments>
@@ -164,6 +176,16 @@ struct DownArgs {  // the params-cache key
   void* workspace;  // the stream-K kernel's
 };
 
+// The key of one call (workspace: the stream-K kernel's, else null).
+DownArgs down_args(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H, const void* wd,
+                   const float* sd, int64_t N, const void* residual, void* out, void* workspace) {
+  DownArgs a;
+  std::memset(&a, 0, sizeof(a));
+  a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.M = M; a.H = H;
+  a.wd = wd; a.sd = sd; a.N = N; a.residual = residual; a.out = out; a.workspace = workspace;
+  return a;
+}
+
 // DownArgs into a down GEMM's arguments (Element: the output's).
 template <class Element>
 struct FillDown {
@@ -217,11 +239,7 @@ extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t l
       !aligned4(su) || !aligned4(sh)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-  GateUpArgs a;
-  std::memset(&a, 0, sizeof(a));
-  a.xq = xq; a.sx = sx; a.ld_sx = ld_sx; a.M = M; a.K = K;
-  a.wg = wg; a.sg = sg; a.wu = wu; a.su = su; a.H = H;
-  a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.approximate = approximate ? 1 : 0;
+  const GateUpArgs a = gate_up_args(xq, sx, ld_sx, M, K, wg, sg, wu, su, H, hq, sh, ld_sh, approximate);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   return M <= kDecodeTokens ? run_gate_up<GateUpPingpong>(a, s) : run_gate_up<GateUpCooperative>(a, s);
 }
@@ -229,9 +247,7 @@ extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t l
 extern "C" int64_t geglu_fp8_sm90_workspace_bytes(int64_t M, int64_t H, int64_t N) {
   using namespace fp8_sm90;
   if (M > kDecodeTokens || M <= 0) return 0;
-  DownArgs d;
-  std::memset(&d, 0, sizeof(d));
-  d.M = M; d.H = H; d.N = N; d.ld_sh = (M + 3) / 4 * 4;
+  const DownArgs d = down_args(nullptr, nullptr, (M + 3) / 4 * 4, M, H, nullptr, nullptr, N, nullptr, nullptr, nullptr);
   return int64_t(sm90_launcher::gemm_workspace_bytes_on_current_device<DownStreamK<cutlass::bfloat16_t>::Kernel>(
       d, FillDown<cutlass::bfloat16_t>{}));
 }
@@ -247,14 +263,11 @@ extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_s
       (residual != nullptr && !aligned16(residual)) || !aligned16(workspace)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-  DownArgs a;
-  std::memset(&a, 0, sizeof(a));
-  a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.M = M; a.H = H;
-  a.wd = wd; a.sd = sd; a.N = N; a.residual = residual; a.out = out;
+  const bool stream_k = M <= kDecodeTokens;
+  const DownArgs a = down_args(hq, sh, ld_sh, M, H, wd, sd, N, residual, out, stream_k ? workspace : nullptr);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool bf16 = dtype == GEGLU_SM90_BF16;
-  if (M <= kDecodeTokens) {
-    a.workspace = workspace;
+  if (stream_k) {
     return bf16 ? run_down<DownStreamK<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s)
                 : run_down<DownStreamK<cutlass::half_t>, cutlass::half_t>(a, s);
   }

@@ -18,10 +18,7 @@
 namespace fp8_sm90 {
 namespace {
 
-using fp8_convert::div_by_scale;
-using fp8_convert::e4m3x2;
-
-constexpr int kThreadsPerGroup = 16;
+constexpr int kThreadsPerGroup = 16;  // fp8_convert::group_scale's lanes
 constexpr int kBlockThreads = 256;
 
 __device__ __forceinline__ void to_float8(uint4 v, bool bf16, float (&f)[8]) {
@@ -58,18 +55,9 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_rows_kernel(const uint
 #pragma unroll
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
   }
-#pragma unroll
-  for (int o = kThreadsPerGroup / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float scale = fp8_convert::group_scale(amax);
   if (!live) return;
-  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-  const float r = __frcp_rn(scale);
-  float d[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) d[i] = div_by_scale(f[i], scale, r);
-  uint2 out;
-  out.x = e4m3x2(d[0], d[1]) | (e4m3x2(d[2], d[3]) << 16);
-  out.y = e4m3x2(d[4], d[5]) | (e4m3x2(d[6], d[7]) << 16);
-  *reinterpret_cast<uint2*>(q + row * (groups_per_row * 128) + col) = out;
+  *reinterpret_cast<uint2*>(q + row * (groups_per_row * 128) + col) = fp8_convert::quantize8(f, scale);
   if (lane == 0) s[g * ld_s + row] = scale;
 }
 

@@ -28,11 +28,7 @@ extern "C" int geglu_fp8_sm90_gate_up_variant(int variant, const void* xq, const
                                               const float* su, int64_t H, void* hq, float* sh, int64_t ld_sh,
                                               int approximate, void* workspace, void* stream) {
   using namespace fp8_sm90;
-  GateUpArgs a;
-  std::memset(&a, 0, sizeof(a));
-  a.xq = xq; a.sx = sx; a.ld_sx = ld_sx; a.M = M; a.K = K;
-  a.wg = wg; a.sg = sg; a.wu = wu; a.su = su; a.H = H;
-  a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.approximate = approximate ? 1 : 0;
+  const GateUpArgs a = gate_up_args(xq, sx, ld_sx, M, K, wg, sg, wu, su, H, hq, sh, ld_sh, approximate);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (variant == 2) {
     GateUpStreamKArgs b;
@@ -52,14 +48,8 @@ extern "C" int geglu_fp8_sm90_down_variant(int variant, const void* hq, const fl
                                            int64_t H, const void* wd, const float* sd, int64_t N, const void* residual,
                                            void* out, void* workspace, void* stream) {
   using namespace fp8_sm90;
-  DownArgs a;
-  std::memset(&a, 0, sizeof(a));
-  a.hq = hq; a.sh = sh; a.ld_sh = ld_sh; a.M = M; a.H = H;
-  a.wd = wd; a.sd = sd; a.N = N; a.residual = residual; a.out = out;
+  const DownArgs a = down_args(hq, sh, ld_sh, M, H, wd, sd, N, residual, out, variant == 1 ? workspace : nullptr);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (variant == 1) {
-    a.workspace = workspace;
-    return run_down<DownStreamK<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s);
-  }
+  if (variant == 1) return run_down<DownStreamK<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s);
   return run_down<Down<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s);
 }
