@@ -1,8 +1,8 @@
 #pragma once
-// The PTX primitives of the weight-streaming decode kernels (decode_sm90.cu,
-// fp8_decode_sm90.cu): one-dimensional bulk copies (cp.async.bulk: the TMA engine without
-// a tensor map) into a shared-memory ring whose stages complete on mbarriers (PTX ISA:
-// mbarrier, cp.async.bulk). sm_90.
+// The PTX primitives of the weight-streaming decode kernels: one-dimensional bulk copies
+// (cp.async.bulk: the TMA engine without a tensor map, decode_sm90.cu) into a
+// shared-memory ring whose stages complete on mbarriers (also fp8_decode_sm90.cu's, whose
+// copies take tensor maps). PTX ISA: mbarrier, cp.async.bulk. sm_90.
 
 #include <cstdint>
 

@@ -1,47 +1,41 @@
-// The block-scaled FP8 GeGLU MLP at 1-4 tokens on Hopper (sm_90a): its two GEMMs as
+// The block-scaled FP8 GeGLU MLP at 1-16 tokens on Hopper (sm_90a): its two GEMMs as
 // weight-streaming kernels, and their C launchers (fp8_mlp_sm90.h).
 //
 // At a few tokens the MLP is a weight read (Gemma-7B: 226 MB of e4m3 weights for 0.9
-// GFLOP per token), so, as decode_sm90.cu does for bf16, blocks stream whole weight rows
-// through a shared-memory ring with the math on the side:
-// - Rows: a tile is 16 weight row segments, read in 1 KB chunks, 16 lanes of warp 0 each
-//   issuing one bulk copy (cp.async.bulk) per chunk into a 2-stage ring (decode_sm90.cu
-//   says why these choices), one block per tile; a stage is refilled as soon as the warps
-//   have it in registers. Blocks start at staggered chunks of their rows. (A persistent
-//   grid, each block streaming its tiles as one chunk sequence, was slower: 109.4 against
-//   106.8 us on an H200 at Gemma-7B, 1 token.)
-// - Math: swap-AB mma.sync m16n8k32 on e4m3, the 16 row segments as A, token segments as
-//   B's 8 columns. A chunk is 1024 elements, so each of the 8 warps takes one
-//   128-element piece, which is one 128-deep K block of the block-scaled format: its
-//   products go to a zeroed accumulator that is then promoted into the running float32
-//   sum with scale_w x scale_x (DeepGEMM's promotion, per piece). K is permuted per lane
-//   as in decode_sm90.cu: lane (g, q) reads bytes 16q..16q+15 and 64+16q..64+16q+15 of the
-//   piece, A rows and B columns alike, and feeds word 2s / 2s+1 to k-slots 4q.. / 16+4q..
-//   of k32 step s.
-// - gate/up (one K segment): A rows 0-7 are gate rows n0..n0+7, rows 8-15 the matching up
-//   rows, so a tile owns h columns n0..n0+7 and forms h = gelu(gate) * up in float32. A
-//   128-column group of h (the unit of its quantization) spans 16 tiles: each stores its
-//   h to a float32 workspace and counts itself on the group's counter; the last of the 16
+// GFLOP per token), so each block streams its weight rows through a shared-memory ring as
+// fast as the TMA engine brings them, and the tensor cores take them from there:
+// - A stage is one 128-deep K block (one block of the scale format): two 64-row boxes of
+//   weights (8 KB each, 128-byte swizzle) and the tokens' box (8 or 16 rows; TMA fills
+//   the rows past M with zeros), loaded by one producer thread with tensor-map copies,
+//   the weights evict-first. A stage is free again once the wgmmas that read it retire.
+// - Math: swap-AB wgmma m64nNk32 e4m3 straight from shared memory (N = 8 or 16 tokens),
+//   one warpgroup: per stage, 4 k32 steps per box into a partial that is promoted into
+//   the float32 sum with scale_w x scale_x (one K block: DeepGEMM's promotion). Hopper's
+//   mma.sync has no e4m3 form (ptxas emulates it with e4m3-to-f16 unpacks, which held
+//   the earlier mma.sync kernels at 2x the weight-read floor); wgmma reads e4m3 natively.
+// - gate/up: box 0 holds gate rows n0..n0+63, box 1 the matching up rows, so each thread
+//   holds gate and up of the same h elements and forms h = gelu(gate) * up in float32. A
+//   128-column group of h (the unit of its quantization) spans two blocks: each stores
+//   its h to a float32 workspace and counts itself on the group's counter; the second
 //   quantizes the group for every token (1x128, as fp8_mlp_sm90.h states) and sets the
 //   counter back to 0.
-// - down: A row s * 8 + u is segment s of output row n0 + u (K cut in two, twice the
-//   tiles), B column s * M + t token t's segment s (so M <= 4); the residual is added in
-//   float32.
-// - Each kernel is launched as a programmatic dependent of the one before it (PDL): it
-//   issues its first weight chunks (which no earlier kernel writes) before
+// - down: a block owns 128 output rows (both boxes) and one split of K; the splits'
+//   float32 sums go to the workspace and the last block of a row tile adds them in split
+//   order (deterministic) with the residual. Splits are chosen so that the grid is about
+//   three blocks per SM, all resident at once.
+// - Each kernel is launched as a programmatic dependent of the one before it (PDL): its
+//   producer issues the first stages' weights (which no earlier kernel writes) before
 //   griddepcontrol.wait, so the weight stream starts under the previous kernel's tail.
 //   The op's first kernel (x's quantization) is launched normally.
-// Where it stands (docs/DESIGN.md, "The FP8 decode kernels"): ahead of the block-scaled
-// GEMMs at 1-4 tokens, 1.4-2x the weight-read floor. Hopper has no FP8 mma.sync: ptxas
-// emulates m16n8k32 e4m3 with 12 e4m3-to-f16 unpacks and 2 f16 HMMAs, and even without any
-// math the ring reads the gate/up weights at about half the copy rate.
 // Build: part of the geglu_gemm_sm90 kernel (build.toml), sm_90a.
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 
 #include "bulk_copy_ring.cuh"
 #include "fp8_convert.cuh"
@@ -55,288 +49,413 @@ namespace fp8_decode {
 
 using namespace bulk_copy_ring;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kBlock = 128;                 // the format's block: K elements per scale
-constexpr int kChunk = kWarps * kBlock;     // bytes (= elements) of each of the 16 rows per stage
-constexpr int kStages = 2;
-constexpr int kRowPitch = kChunk + 16;      // the 16-byte skew spreads the banks
-constexpr int kStageBytes = 16 * kRowPitch;
-constexpr int kRingBytes = kStages * kStageBytes;  // 33,280: under the 48 KB default
+constexpr int kBlock = 128;                     // K elements (bytes) per scale block: one swizzled row
+constexpr int kBoxRows = 64;                    // weight rows per box: one wgmma m64
+constexpr int kBoxBytes = kBoxRows * kBlock;    // 8 KB
+constexpr int kConsumerThreads = 128;           // one warpgroup
+constexpr int kThreads = kConsumerThreads + 32;  // and the producer warp
+// Ring depth and blocks per SM; either way 12 stages of 17-18 KB in flight per SM, which
+// the gate/up keeps only while every tile is resident (64 columns of h a tile: Gemma-7B
+// 384, Gemma-2B 256 for 132 SMs).
+template <int kStages_, int kBlocksPerSm_>
+struct Occupancy {
+  static constexpr int kStages = kStages_, kBlocksPerSm = kBlocksPerSm_;
+};
+using ThreePerSm = Occupancy<4, 3>;  // gate/up at over 2 tiles per SM
+using TwoPerSm = Occupancy<6, 2>;    // gate/up at up to 2, and the down projection
 
-// D += A B on the tensor cores, m16n8k32, e4m3 operands, float32 accumulators.
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+template <int kN, int kStages_>
+struct Ring {
+  static constexpr int kStages = kStages_;
+  static constexpr int kStageBytes = 2 * kBoxBytes + kN * kBlock;  // a multiple of 1024: each box stays aligned
+  static constexpr int kTokensOffset = 2 * kBoxBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + the slack to align the ring to 1024 bytes
+};
+
+struct Params {
+  int k_blocks;         // K / 128
+  int split_blocks;     // down: K blocks per split
+  int M;                // tokens (<= N of the wgmma)
+  int rows;             // H (gate/up) or N (down)
+  const float* act_scale;  // [K / 128, ld_s] (M-major)
+  int64_t ld_s;
+  const float* s0;      // gate (gate/up) or down block scales [rows / 128, K / 128]
+  const float* s1;      // up (gate/up only)
+  int* counters;
+  // gate/up
+  float* h;             // [M, H] float32 workspace
+  uint8_t* hq;          // [M, H] e4m3
+  float* sh;            // [H / 128, ld_sh]
+  int64_t ld_sh;
+  // down
+  float* partials;      // [splits, M, N] float32 workspace
+  const void* residual;  // [M, N] or null
+  void* out;             // [M, N]
+};
 
 __device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void allow_next_kernel() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// The consumer warpgroup's barrier (the producer warp does not take part).
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory"); }
 
-struct Params {
-  const uint8_t* act;       // quantized activations [M, K] e4m3 (x or h), rows contiguous
-  const float* act_scale;   // their scales, [K / 128, ld_s] (M-major)
-  int64_t ld_s;
-  const uint8_t* w0;        // gate (gate/up) or down weights [rows, K]
-  const float* s0;          // and their 128x128 block scales [rows / 128, K / 128]
-  const uint8_t* w1;        // up (gate/up only)
-  const float* s1;
-  int K, seg_len, M, rows;  // rows: of w0 (H or N)
-  float* h;                 // gate/up: [M, H] float32 workspace
-  uint8_t* hq;              //          [M, H] e4m3
-  float* sh;                //          [H / 128, ld_sh]
-  int64_t ld_sh;
-  int* counters;            //          [H / 128], zero between calls
-  const void* residual;     // down: [M, N] or null
-  void* out;                //       [M, N]
-};
-
-// Which weight row segment is A row i (i < 16) of the block owning output rows n0..
-struct GateUpRows {
-  static constexpr int kSplit = 1;
-  static constexpr int kOutRows = 8;  // h columns: 8 gate rows and their 8 up rows
-  __device__ static int seg(int) { return 0; }
-  __device__ static const uint8_t* src(const Params& p, int64_t n0, int i) {
-    return i < 8 ? p.w0 + (n0 + i) * p.K : p.w1 + (n0 + i - 8) * p.K;
-  }
-  __device__ static const float* scales(const Params& p, int64_t n0, int i) {
-    return (i < 8 ? p.s0 : p.s1) + (n0 / kBlock) * (p.K / kBlock);
-  }
-};
-// Down: K cut into two segments (twice the tiles), A row s * 8 + u = segment s of row n0 + u.
-struct DownRows {
-  static constexpr int kSplit = 2;
-  static constexpr int kOutRows = 16 / kSplit;
-  __device__ static int seg(int i) { return i / kOutRows; }
-  __device__ static const uint8_t* src(const Params& p, int64_t n0, int i) {
-    return p.w0 + (n0 + i % kOutRows) * p.K + int64_t(i / kOutRows) * p.seg_len;
-  }
-  __device__ static const float* scales(const Params& p, int64_t n0, int) {
-    return p.s0 + (n0 / kBlock) * (p.K / kBlock);
-  }
-};
-
-// Segment s's length along K (seg_len: a multiple of 128).
-__device__ __forceinline__ int seg_len(const Params& p, int s) { return max(0, min(p.seg_len, p.K - s * p.seg_len)); }
-
-using WarpSums = float[kWarps][4][32];
-
-// The sum over the warps of C[row][col] (row < 16, col < 8).
-__device__ __forceinline__ float block_sum(const WarpSums& sums, int row, int col) {
-  const int reg = (row >= 8 ? 2 : 0) + col % 2, lane = 4 * (row % 8) + col / 2;
-  float sum = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) sum += sums[w][reg][lane];
-  return sum;
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
 }
 
-// The weight stream and the math: block b streams tile b's 16 row segments (output rows
-// b * kOutRows..) through the ring into the mma. After the last chunk the warps'
-// float32 sums (sums[warp][0..3][lane] = C[g][2q], C[g][2q + 1], C[8 + g][2q], C[8 + g][2q +
-// 1]) go to shared memory and `epilogue(n0, sums)` runs in every
-// thread.
-template <class Rows, class Epilogue>
-__device__ __forceinline__ void stream_tile(const Params& p, Epilogue&& epilogue) {
-  extern __shared__ __align__(128) unsigned char ring[];
-  __shared__ __align__(8) uint64_t full[kStages];
-  __shared__ WarpSums warp_sums;
-  constexpr int kSplit = Rows::kSplit;
+// Box (c0 = K byte, c1 = row) of `map` into dst, completing on bar.
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
+                                         uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t l2_policy(bool evict_first) {
+  uint64_t policy;
+  if (evict_first) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  }
+  return policy;
+}
+
+// The wgmma descriptor of a K-major operand in 128-byte-swizzled rows of 128 bytes (8-row
+// atoms 1024 bytes apart), starting at `smem` (1024-aligned, plus a k32 step of 32 bytes).
+__device__ __forceinline__ uint64_t sw128_desc(const void* smem) {
+  const uint64_t addr = smem_addr(smem);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// D (+)= A B, m64nNk32, e4m3 operands from shared memory, float32 accumulators.
+template <int kN>
+__device__ __forceinline__ void wgmma(float (&d)[kN / 2], uint64_t a, uint64_t b, int accumulate);
+template <>
+__device__ __forceinline__ void wgmma<8>(float (&d)[4], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma<16>(float (&d)[8], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, "
+      "1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+template <int R>
+__device__ __forceinline__ void fence_registers(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Accumulator element i of this thread (m64nN layout): weight row 16 warp + g + 8 ((i / 2)
+// % 2) of the box, token 8 (i / 4) + 2 q + i % 2.
+__device__ __forceinline__ int acc_row(int i) {
+  const int t = threadIdx.x;
+  return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+}
+__device__ __forceinline__ int acc_token(int i) { return 8 * (i / 4) + 2 * (threadIdx.x % 4) + i % 2; }
+
+// What a block streams: its two boxes' weight rows, its K blocks and their scales.
+struct GateUpTile {
+  // Box 0: gate rows 64 b..; box 1: the same up rows; all of K.
+  __device__ static int row(int) { return kBoxRows * int(blockIdx.x); }
+  __device__ static int first_block(const Params&) { return 0; }
+  __device__ static int blocks(const Params& p) { return p.k_blocks; }
+  __device__ static const float* scales(const Params& p, int box) {
+    return (box == 0 ? p.s0 : p.s1) + int64_t(row(box) / kBlock) * p.k_blocks;
+  }
+};
+struct DownTile {
+  // Box 0: rows 128 b.., box 1 the next 64; K blocks of split blockIdx.y.
+  __device__ static int row(int box) { return 2 * kBoxRows * int(blockIdx.x) + kBoxRows * box; }
+  __device__ static int first_block(const Params& p) { return int(blockIdx.y) * p.split_blocks; }
+  __device__ static int blocks(const Params& p) {
+    return min(p.split_blocks, p.k_blocks - first_block(p));
+  }
+  __device__ static const float* scales(const Params& p, int) {
+    return p.s0 + int64_t(row(0) / kBlock) * p.k_blocks;
+  }
+};
+
+// The weight stream and the math: the producer warp's lane 0 fills the ring; the
+// consumer warpgroup runs the wgmmas and leaves with acc[box][i] = the block's float32 sums
+// (the thread's elements, acc_row / acc_token), then runs epilogue(acc) (consumers only).
+template <class Tile, int kN, int kStages, class Epilogue>
+__device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtensorMap* w1, const CUtensorMap* act,
+                                            const Params& p, Epilogue&& epilogue) {
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  using S = Ring<kN, kStages>;
+  unsigned char* ring =
+      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // the 128-byte swizzle's 1024-byte atoms
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, q = lane % 4;
-  const int chunks = (p.seg_len + kChunk - 1) / kChunk;
-  const int64_t n0 = int64_t(blockIdx.x) * Rows::kOutRows;
+  const int kb0 = Tile::first_block(p), blocks = Tile::blocks(p);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) mbar_init(&full[i], 1);
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], kConsumerThreads / 32);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  // Blocks start at different chunks of their rows (and wrap around): blocks that run at
-  // once then read addresses spread over the rows (decode_sm90.cu).
-  auto chunk_k = [&](int c) {
-    const int first = int(blockIdx.x % unsigned(chunks));
-    return (c + first < chunks ? c + first : c + first - chunks) * kChunk;
-  };
-  // Warp 0, lane i < 16: chunk c of A row i into its stage.
-  const int src_len = warp == 0 && lane < 16 ? seg_len(p, Rows::seg(lane)) : 0;
-  auto issue = [&](int c) {
-    const int k0 = chunk_k(c);
-    uint64_t* bar = &full[c % kStages];
-    const int bytes = min(kChunk, src_len - k0);
-    if (bytes > 0) {
-      const uint8_t* src = Rows::src(p, n0, lane);
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the warps' reads before the async writes
-      mbar_expect_tx(bar, uint32_t(bytes));
-      bulk_copy(ring + (c % kStages) * kStageBytes + lane * kRowPitch, src + k0, uint32_t(bytes), bar);
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);
-  };
-  if (warp == 0) {
-    for (int c = 0; c < kStages && c < chunks; ++c) issue(c);
-  }
   allow_next_kernel();
-  wait_for_previous_kernel();  // the activations come from the kernel before
 
-  // This lane's A rows g and 8 + g: their segments' lengths and K-block offsets.
-  const int seg_a0 = Rows::seg(g), seg_a1 = Rows::seg(8 + g);
-  const int len_a0 = seg_len(p, seg_a0), len_a1 = seg_len(p, seg_a1);
-  const int kb_a0 = seg_a0 * (p.seg_len / kBlock), kb_a1 = seg_a1 * (p.seg_len / kBlock);
-  // B column g: token g % M's segment g / M (none past kSplit M); C columns 2q + e: their
-  // scales' offsets and segment lengths (0: none).
-  const int b_seg = g / p.M;
-  const int xb_len = b_seg < kSplit ? seg_len(p, b_seg) : 0;
-  const uint8_t* xb = p.act + (b_seg < kSplit ? int64_t(g - b_seg * p.M) * p.K + int64_t(b_seg) * p.seg_len : int64_t(0));
-  int sx_off[2], sx_len[2];
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int cc = 2 * q + e, sc = cc / p.M;
-    sx_len[e] = sc < kSplit ? seg_len(p, sc) : 0;
-    sx_off[e] = sc < kSplit ? sc * (p.seg_len / kBlock) * int(p.ld_s) + (cc - sc * p.M) : 0;
+  if (warp == kConsumerThreads / 32) {  // the producer
+    if (lane != 0) return;
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(w0)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(w1)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(act)) : "memory");
+    const uint64_t weights = l2_policy(true), tokens = l2_policy(false);
+    auto load_weights = [&](int i) {
+      unsigned char* stage = ring + (i % kStages) * S::kStageBytes;
+      const int k = (kb0 + i) * kBlock;
+      mbar_arrive_expect_tx(&full[i % kStages], S::kStageBytes);
+      tma_load(stage, w0, k, Tile::row(0), &full[i % kStages], weights);
+      tma_load(stage + kBoxBytes, w1, k, Tile::row(1), &full[i % kStages], weights);
+    };
+    auto load_tokens = [&](int i) {
+      tma_load(ring + (i % kStages) * S::kStageBytes + S::kTokensOffset, act, (kb0 + i) * kBlock, 0,
+               &full[i % kStages], tokens);
+    };
+    const int first = min(kStages, blocks);
+    for (int i = 0; i < first; ++i) load_weights(i);
+    wait_for_previous_kernel();  // the activations come from the kernel before
+    for (int i = 0; i < first; ++i) load_tokens(i);
+    for (int i = kStages; i < blocks; ++i) {
+      mbar_wait(&empty[i % kStages], (i / kStages - 1) & 1);
+      load_weights(i);
+      load_tokens(i);
+    }
+    return;
   }
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  const int e0 = warp * kBlock;  // this warp's piece of each chunk: one K block
-  // Chunk c's token words and scales, loaded one chunk ahead of their use: the L1/L2
-  // latency then overlaps the wait for the weights.
-  struct Operands {
-    uint4 b[2];
-    float sx[2];
-    float sw[2];
-  };
-  auto load = [&](int c, Operands& o) {
-    const int k = chunk_k(c) + e0, kb = k / kBlock;
+
+  wait_for_previous_kernel();
+  // This thread's tokens (acc_token of its elements 0, 1 and, at N = 16, 4, 5).
+  constexpr int kR = kN / 2;
+  constexpr int kTok = kN / 4;  // distinct tokens per thread
+  int tok_off[kTok];
+  bool tok_in[kTok];
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      o.b[s] = k < xb_len ? __ldg(reinterpret_cast<const uint4*>(xb + k + 16 * q + 64 * s)) : zero;
-      o.sx[s] = k < sx_len[s] ? __ldg(p.act_scale + sx_off[s] + int64_t(kb) * p.ld_s) : 0.0f;
-    }
-    o.sw[0] = k < len_a0 ? __ldg(Rows::scales(p, n0, g) + kb_a0 + kb) : 0.0f;
-    o.sw[1] = k < len_a1 ? __ldg(Rows::scales(p, n0, 8 + g) + kb_a1 + kb) : 0.0f;
-  };
-  Operands next;
-  load(0, next);
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int c = 0; c < chunks; ++c) {
-    const Operands cur = next;
-    if (c + 1 < chunks) load(c + 1, next);
-    mbar_wait(&full[c % kStages], (c / kStages) & 1);
-    const unsigned char* stage = ring + (c % kStages) * kStageBytes;
-    const int k = chunk_k(c) + e0;
-    uint4 a[2][2];  // [A rows g, 8 + g][word]
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      // Lengths are multiples of 128: a warp's piece is all in or all out.
-      a[0][s] = k < len_a0 ? *reinterpret_cast<const uint4*>(stage + g * kRowPitch + e0 + 16 * q + 64 * s) : zero;
-      a[1][s] = k < len_a1 ? *reinterpret_cast<const uint4*>(stage + (g + 8) * kRowPitch + e0 + 16 * q + 64 * s) : zero;
-    }
-    // The stage is in registers: refill it now, under this chunk's math.
-    __syncthreads();
-    if (warp == 0 && c + kStages < chunks) issue(c + kStages);
-    float piece[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // this K block's products
-#pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      const int s = step / 2, w = (step % 2) * 2;
-      mma_e4m3(piece, word(a[0][s], w), word(a[1][s], w), word(a[0][s], w + 1), word(a[1][s], w + 1),
-               word(cur.b[s], w), word(cur.b[s], w + 1));
-    }
-    // Promoted with scale_w x scale_x (C columns 2q, 2q + 1).
-    acc[0] = fmaf(piece[0], cur.sw[0] * cur.sx[0], acc[0]);
-    acc[1] = fmaf(piece[1], cur.sw[0] * cur.sx[1], acc[1]);
-    acc[2] = fmaf(piece[2], cur.sw[1] * cur.sx[0], acc[2]);
-    acc[3] = fmaf(piece[3], cur.sw[1] * cur.sx[1], acc[3]);
+  for (int j = 0; j < kTok; ++j) {
+    const int t = acc_token(4 * (j / 2) + j % 2);
+    tok_in[j] = t < p.M;
+    tok_off[j] = tok_in[j] ? t : 0;
   }
+  const float* sw0 = Tile::scales(p, 0) + kb0;
+  const float* sw1 = Tile::scales(p, 1) + kb0;
+  const float* sx = p.act_scale + int64_t(kb0) * p.ld_s;
+  // Stage i's scales, loaded one stage ahead: their latency then hides under the wait.
+  struct Scales {
+    float w[2];
+    float x[kTok];
+  };
+  auto load_scales = [&](int i, Scales& s) {
+    s.w[0] = __ldg(sw0 + i);
+    s.w[1] = __ldg(sw1 + i);
 #pragma unroll
-  for (int r = 0; r < 4; ++r) warp_sums[warp][r][lane] = acc[r];
-  __syncthreads();
-  epilogue(n0, warp_sums);
+    for (int j = 0; j < kTok; ++j) s.x[j] = tok_in[j] ? __ldg(sx + int64_t(i) * p.ld_s + tok_off[j]) : 0.0f;
+  };
+  float acc[2][kR] = {};
+  Scales next;
+  if (blocks > 0) load_scales(0, next);
+  for (int i = 0; i < blocks; ++i) {
+    const Scales cur = next;
+    if (i + 1 < blocks) load_scales(i + 1, next);
+    mbar_wait(&full[i % kStages], (i / kStages) & 1);
+    const unsigned char* stage = ring + (i % kStages) * S::kStageBytes;
+    const uint64_t a0 = sw128_desc(stage), a1 = sw128_desc(stage + kBoxBytes);
+    const uint64_t b = sw128_desc(stage + S::kTokensOffset);
+    float part[2][kR];
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < kBlock / 32; ++k) wgmma<kN>(part[0], a0 + 2 * k, b + 2 * k, k);
+#pragma unroll
+    for (int k = 0; k < kBlock / 32; ++k) wgmma<kN>(part[1], a1 + 2 * k, b + 2 * k, k);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_registers(part[0]);
+    fence_registers(part[1]);
+    if (lane == 0) mbar_arrive(&empty[i % kStages]);  // the stage's reads have retired
+#pragma unroll
+    for (int box = 0; box < 2; ++box) {
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int j = 2 * (r / 4) + r % 2;
+        acc[box][r] = fmaf(part[box][r], cur.w[box] * cur.x[j], acc[box][r]);
+      }
+    }
+  }
+  epilogue(acc);
 }
 
-// Three blocks per SM (80 registers a thread, no spills): 6 ring stages of 16 KB in
-// flight per SM.
-constexpr int kBlocksPerSm = 3;
-static_assert(GEGLU_FP8_DECODE_MAX_M * 2 <= 8, "the down projection's two segments of M tokens fill B's 8 columns");
-
-// Per tile: thread t < 8 M forms h[t / 8][n0 + t % 8]; then the last of the group's 16
-// tiles quantizes the group.
-template <bool kTanh>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gate_up(const Params p) {
-  constexpr int kTilesPerGroup = kBlock / GateUpRows::kOutRows;
+// h = gelu(gate) * up for the block's 64 columns; the second block of each 128-column
+// group quantizes it.
+template <int kN, class Occ, bool kTanh>
+__global__ void __launch_bounds__(kThreads, Occ::kBlocksPerSm)
+    gate_up(const __grid_constant__ CUtensorMap wg, const __grid_constant__ CUtensorMap wu,
+            const __grid_constant__ CUtensorMap xq, const Params p) {
   __shared__ bool last;
-  stream_tile<GateUpRows>(p, [&](int64_t n0, const WarpSums& sums) {
+  stream_tile<GateUpTile, kN, Occ::kStages>(&wg, &wu, &xq, p, [&](float (&acc)[2][kN / 2]) {
     const int t = threadIdx.x;
-    const int64_t H = p.rows;
-    if (t < GateUpRows::kOutRows * p.M) {
-      const int u = t % GateUpRows::kOutRows, token = t / GateUpRows::kOutRows;
-      const float gate = block_sum(sums, u, token), up = block_sum(sums, 8 + u, token);
-      __stcg(p.h + token * H + n0 + u, geglu_cuda::gelu_ex2_rcp<kTanh>(gate) * up);
+    const int64_t H = p.rows, n0 = GateUpTile::row(0);
+#pragma unroll
+    for (int r = 0; r < kN / 2; ++r) {
+      const int token = acc_token(r);
+      if (token < p.M) __stcg(p.h + token * H + n0 + acc_row(r), geglu_cuda::gelu_ex2_rcp<kTanh>(acc[0][r]) * acc[1][r]);
     }
     const int64_t group = n0 / kBlock;
-    __syncthreads();
+    consumer_sync();
     if (t == 0) {
-      __threadfence();  // this tile's h before its count (the last tile's block reads it)
-      last = atomicAdd(p.counters + group, 1) == kTilesPerGroup - 1;
+      __threadfence();  // this block's h before its count (the other block reads it)
+      last = atomicAdd(p.counters + group, 1) == kBlock / kBoxRows - 1;
     }
-    __syncthreads();
+    consumer_sync();
     if (!last) return;
     __threadfence();
-    // 16 threads per token, 8 columns each: amax over the 16, then q = e4m3(h / scale).
-    const int token = t / 16, l = t % 16;
-    const int64_t col = group * kBlock + 8 * l;
-    float v[8] = {};
-    float amax = 0.0f;
-    if (token < p.M) {
-      const float4 lo = __ldcg(reinterpret_cast<const float4*>(p.h + token * H + col));
-      const float4 hi = __ldcg(reinterpret_cast<const float4*>(p.h + token * H + col + 4));
-      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    }
-    const float scale = fp8_convert::group_scale(amax);
     if (t == 0) p.counters[group] = 0;
-    if (token >= p.M) return;
-    *reinterpret_cast<uint2*>(p.hq + token * H + col) = fp8_convert::quantize8(v, scale);
-    if (l == 0) p.sh[group * p.ld_sh + token] = scale;
-  });
-}
-
-// Per tile: thread t < kOutRows M finishes out[t / kOutRows][n0 + t % kOutRows], the
-// segments' sums + residual.
-template <class Rows, class T>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) down(const Params p) {
-  stream_tile<Rows>(p, [&](int64_t n0, const WarpSums& sums) {
-    const int t = threadIdx.x;
-    if (t >= Rows::kOutRows * p.M) return;
-    const int u = t % Rows::kOutRows, token = t / Rows::kOutRows;
-    const int64_t N = p.rows, col = n0 + u;
-    float y = 0.0f;
+    // 16 threads per token, 8 columns each: amax over the 16, then q = e4m3(h / scale).
+    const int l = t % 16;
+    const int64_t col = group * kBlock + 8 * l;
+    for (int token0 = 0; token0 < p.M; token0 += kConsumerThreads / 16) {
+      const int token = token0 + t / 16;
+      float v[8] = {};
+      float amax = 0.0f;
+      if (token < p.M) {
+        const float4 lo = __ldcg(reinterpret_cast<const float4*>(p.h + token * H + col));
+        const float4 hi = __ldcg(reinterpret_cast<const float4*>(p.h + token * H + col + 4));
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 #pragma unroll
-    for (int s = 0; s < Rows::kSplit; ++s) y += block_sum(sums, s * Rows::kOutRows + u, s * p.M + token);
-    if (p.residual) y += geglu_cuda::to_float(static_cast<const T*>(p.residual)[token * N + col]);
-    static_cast<T*>(p.out)[token * N + col] = geglu_cuda::from_float<T>(y);
+        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+      }
+      const float scale = fp8_convert::group_scale(amax);
+      if (token < p.M) {
+        *reinterpret_cast<uint2*>(p.hq + token * H + col) = fp8_convert::quantize8(v, scale);
+        if (l == 0) p.sh[group * p.ld_sh + token] = scale;
+      }
+    }
   });
 }
 
-using Kernel = void (*)(Params);
+// The block's split sums to the workspace; the last split of a row tile adds them up in
+// split order with the residual.
+template <int kN, class T>
+__global__ void __launch_bounds__(kThreads, TwoPerSm::kBlocksPerSm)
+    down(const __grid_constant__ CUtensorMap wd, const __grid_constant__ CUtensorMap hq, const Params p) {
+  __shared__ bool last;
+  stream_tile<DownTile, kN, TwoPerSm::kStages>(&wd, &wd, &hq, p, [&](float (&acc)[2][kN / 2]) {
+    const int t = threadIdx.x;
+    const int64_t N = p.rows, n0 = DownTile::row(0);
+    const int splits = int(gridDim.y);
+    float* part = p.partials + int64_t(blockIdx.y) * p.M * N;
+#pragma unroll
+    for (int box = 0; box < 2; ++box) {
+#pragma unroll
+      for (int r = 0; r < kN / 2; ++r) {
+        const int token = acc_token(r);
+        if (token < p.M) __stcg(part + token * N + n0 + kBoxRows * box + acc_row(r), acc[box][r]);
+      }
+    }
+    consumer_sync();
+    if (t == 0) {
+      __threadfence();
+      last = atomicAdd(p.counters + blockIdx.x, 1) == splits - 1;
+    }
+    consumer_sync();
+    if (!last) return;
+    __threadfence();
+    if (t == 0) p.counters[blockIdx.x] = 0;
+    // 4 rows x every 4th token a thread, the splits summed in order (loads issued ahead).
+    const int64_t col = n0 + 4 * (t % 32);
+    for (int token = t / 32; token < p.M; token += kConsumerThreads / 32) {
+      float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+      for (int s = 0; s < splits; ++s) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (int64_t(s) * p.M + token) * N + col));
+        y.x += v.x, y.y += v.y, y.z += v.z, y.w += v.w;
+      }
+      const float sum[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float out = sum[e];
+        if (p.residual) out += geglu_cuda::to_float(static_cast<const T*>(p.residual)[token * N + col + e]);
+        static_cast<T*>(p.out)[token * N + col + e] = geglu_cuda::from_float<T>(out);
+      }
+    }
+  });
+}
 
-// K cut into `split` segments of whole 128-element blocks.
-int segment_length(int64_t K, int split) { return int((K / kBlock + split - 1) / split * kBlock); }
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda), found once.
+CUresult encode_tiled(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows, uint32_t box_rows) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static Encode encode = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+    if (e == cudaSuccess && found == cudaDriverEntryPointSuccess) {
+      encode = reinterpret_cast<Encode>(fn);
+    }
+    cudaGetLastError();
+  });
+  if (encode == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols};
+  const cuuint32_t box[2] = {uint32_t(kBlock), box_rows}, elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
 
-// One block per tile (tiles = rows / rows_per_block < 2^28).
-template <Kernel kernel>
-int launch(int rows_per_block, Params p, cudaStream_t stream) {
+// The down projection's splits of its K blocks: as many blocks as fill the SMs once.
+struct DownGrid {
+  int tiles, splits, split_blocks;
+};
+DownGrid down_grid(int64_t H, int64_t N, int sm_count) {
+  const int k_blocks = int(H / kBlock), tiles = int(N / (2 * kBoxRows));
+  int splits = TwoPerSm::kBlocksPerSm * sm_count / tiles;
+  splits = splits < 1 ? 1 : splits > k_blocks ? k_blocks : splits;
+  const int split_blocks = (k_blocks + splits - 1) / splits;
+  return DownGrid{tiles, (k_blocks + split_blocks - 1) / split_blocks, split_blocks};
+}
+
+int64_t h_bytes(int64_t M, int64_t H) { return (M * H * 4 + 15) / 16 * 16; }
+
+// One block of kThreads per grid cell, as a programmatic dependent of the stream's last
+// kernel; the first call of each kernel sets its shared-memory size.
+template <auto kKernel, class... Args>
+int launch(dim3 grid, int smem, cudaStream_t stream, Args... args) {
+  static std::once_flag once;
+  static cudaError_t attr = cudaSuccess;
+  std::call_once(once, [&] { attr = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem); });
+  if (attr != cudaSuccess) {
+    sm90_launcher::record_cuda_error(attr);
+    return GEGLU_SM90_ERR_CUDA;
+  }
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(p.rows / rows_per_block));
+  config.gridDim = grid;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kRingBytes;
+  config.dynamicSmemBytes = size_t(smem);
   config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = pdl;
   config.numAttrs = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, p);
+  const cudaError_t e = cudaLaunchKernelEx(&config, kKernel, args...);
   if (e != cudaSuccess) {
     sm90_launcher::record_cuda_error(e);
     return GEGLU_SM90_ERR_CUDA;
@@ -351,61 +470,108 @@ bool ld_ok(int64_t ld, int64_t M) { return ld >= M && ld < (int64_t(1) << 31); }
 
 }  // namespace fp8_decode
 
+namespace fp8_decode {
+
+template <int kN, class Occ>
+int launch_gate_up(bool tanh, int tiles, cudaStream_t s, const CUtensorMap& g, const CUtensorMap& u,
+                   const CUtensorMap& x, const Params& p) {
+  constexpr int smem = Ring<kN, Occ::kStages>::kSmemBytes;
+  return tanh ? launch<gate_up<kN, Occ, true>>(dim3(unsigned(tiles)), smem, s, g, u, x, p)
+              : launch<gate_up<kN, Occ, false>>(dim3(unsigned(tiles)), smem, s, g, u, x, p);
+}
+
+}  // namespace fp8_decode
+
+extern "C" int64_t geglu_fp8_decode_workspace_bytes(int64_t M, int64_t H, int64_t N) {
+  using namespace fp8_decode;
+  int device = 0;
+  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr || M <= 0 || !size_ok(H) || !size_ok(N)) return 0;
+  const DownGrid grid = down_grid(H, N, info->sm_count);
+  return h_bytes(M, H) + int64_t(grid.splits) * M * N * 4;
+}
+
 extern "C" int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
                                         const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
-                                        float* h, void* hq, float* sh, int64_t ld_sh, int approximate,
+                                        void* hq, float* sh, int64_t ld_sh, int approximate, void* workspace,
                                         void* stream) {
   using namespace fp8_decode;
   if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(H) || !ld_ok(ld_sx, M) || !ld_ok(ld_sh, M)) {
     return GEGLU_SM90_ERR_SHAPE;
   }
-  if (!aligned16(xq) || !aligned16(wg) || !aligned16(wu) || !aligned16(h) || !aligned16(hq) || !aligned4(sx) ||
-      !aligned4(sg) || !aligned4(su) || !aligned4(sh)) {
+  if (!aligned16(xq) || !aligned16(wg) || !aligned16(wu) || !aligned16(workspace) || !aligned16(hq) ||
+      !aligned4(sx) || !aligned4(sg) || !aligned4(su) || !aligned4(sh)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
   int device = 0;
-  if (sm90_launcher::current_sm90_device(&device) == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   if (M == 0) return GEGLU_SM90_OK;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int n = M <= 8 ? 8 : 16;
+  CUtensorMap map_g, map_u, map_x;
+  if (encode_tiled(&map_g, wg, K, H, kBoxRows) != CUDA_SUCCESS ||
+      encode_tiled(&map_u, wu, K, H, kBoxRows) != CUDA_SUCCESS ||
+      encode_tiled(&map_x, xq, K, M, n) != CUDA_SUCCESS) {
+    return GEGLU_SM90_ERR_CUDA;
+  }
   Params p = {};
-  p.act = static_cast<const uint8_t*>(xq);
-  p.act_scale = sx;
-  p.ld_s = ld_sx;
-  p.w0 = static_cast<const uint8_t*>(wg), p.s0 = sg;
-  p.w1 = static_cast<const uint8_t*>(wu), p.s1 = su;
-  p.K = int(K), p.seg_len = segment_length(K, GateUpRows::kSplit), p.M = int(M), p.rows = int(H);
-  p.h = h, p.hq = static_cast<uint8_t*>(hq), p.sh = sh, p.ld_sh = ld_sh;
+  p.k_blocks = int(K / kBlock), p.split_blocks = p.k_blocks, p.M = int(M), p.rows = int(H);
+  p.act_scale = sx, p.ld_s = ld_sx;
+  p.s0 = sg, p.s1 = su;
+  p.h = static_cast<float*>(workspace), p.hq = static_cast<uint8_t*>(hq), p.sh = sh, p.ld_sh = ld_sh;
   p.counters = tile_counters::get(device, s, H / kBlock);
   if (p.counters == nullptr) return GEGLU_SM90_ERR_CUDA;
-  constexpr int rows = GateUpRows::kOutRows;
-  return approximate != 0 ? launch<gate_up<true>>(rows, p, s) : launch<gate_up<false>>(rows, p, s);
+  const int tiles = int(H / kBoxRows);
+  const bool few = tiles <= TwoPerSm::kBlocksPerSm * info->sm_count;
+  const bool tanh = approximate != 0;
+  if (M <= 8) {
+    return few ? launch_gate_up<8, TwoPerSm>(tanh, tiles, s, map_g, map_u, map_x, p)
+               : launch_gate_up<8, ThreePerSm>(tanh, tiles, s, map_g, map_u, map_x, p);
+  }
+  return few ? launch_gate_up<16, TwoPerSm>(tanh, tiles, s, map_g, map_u, map_x, p)
+             : launch_gate_up<16, ThreePerSm>(tanh, tiles, s, map_g, map_u, map_x, p);
 }
 
 extern "C" int geglu_fp8_decode_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
                                      const void* wd, const float* sd, int64_t N, const void* residual, void* out,
-                                     int dtype, void* stream) {
+                                     int dtype, void* workspace, void* stream) {
   using namespace fp8_decode;
   if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
   if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(H) || !size_ok(N) || !ld_ok(ld_sh, M)) {
     return GEGLU_SM90_ERR_SHAPE;
   }
-  if (!aligned16(hq) || !aligned16(wd) || !aligned4(sh) || !aligned4(sd) || out == nullptr ||
-      (reinterpret_cast<uintptr_t>(out) & 1u) || (reinterpret_cast<uintptr_t>(residual) & 1u)) {
+  if (!aligned16(hq) || !aligned16(wd) || !aligned16(workspace) || !aligned4(sh) || !aligned4(sd) ||
+      out == nullptr || (reinterpret_cast<uintptr_t>(out) & 1u) || (reinterpret_cast<uintptr_t>(residual) & 1u)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
   int device = 0;
-  if (sm90_launcher::current_sm90_device(&device) == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   if (M == 0) return GEGLU_SM90_OK;
-  Params p = {};
-  p.act = static_cast<const uint8_t*>(hq);
-  p.act_scale = sh;
-  p.ld_s = ld_sh;
-  p.w0 = static_cast<const uint8_t*>(wd), p.s0 = sd;
-  p.K = int(H), p.M = int(M), p.rows = int(N);
-  p.residual = residual, p.out = out;
-  p.seg_len = segment_length(H, DownRows::kSplit);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  constexpr int rows = DownRows::kOutRows;
-  return dtype == GEGLU_SM90_BF16 ? launch<down<DownRows, __nv_bfloat16>>(rows, p, s)
-                                  : launch<down<DownRows, __half>>(rows, p, s);
+  const int n = M <= 8 ? 8 : 16;
+  CUtensorMap map_w, map_h;
+  if (encode_tiled(&map_w, wd, H, N, kBoxRows) != CUDA_SUCCESS ||
+      encode_tiled(&map_h, hq, H, M, n) != CUDA_SUCCESS) {
+    return GEGLU_SM90_ERR_CUDA;
+  }
+  const DownGrid g = down_grid(H, N, info->sm_count);
+  Params p = {};
+  p.k_blocks = int(H / kBlock), p.split_blocks = g.split_blocks, p.M = int(M), p.rows = int(N);
+  p.act_scale = sh, p.ld_s = ld_sh;
+  p.s0 = sd, p.s1 = sd;
+  p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + h_bytes(M, H));
+  p.residual = residual, p.out = out;
+  // Counters after the gate/up's, so that the two kernels never share one.
+  p.counters = tile_counters::get(device, s, H / kBlock + g.tiles);
+  if (p.counters == nullptr) return GEGLU_SM90_ERR_CUDA;
+  p.counters += H / kBlock;
+  const dim3 grid(unsigned(g.tiles), unsigned(g.splits));
+  if (n == 8) {
+    return dtype == GEGLU_SM90_BF16 ? launch<down<8, __nv_bfloat16>>(grid, Ring<8, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p)
+                                    : launch<down<8, __half>>(grid, Ring<8, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p);
+  }
+  return dtype == GEGLU_SM90_BF16 ? launch<down<16, __nv_bfloat16>>(grid, Ring<16, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p)
+                                  : launch<down<16, __half>>(grid, Ring<16, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p);
 }

@@ -53,17 +53,16 @@ int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_sh, int64_t 
 // weight-streaming kernels (fp8_decode_sm90.cu), launched as programmatic dependents of
 // the kernel before them (the op's x quantization, then the gate/up). Same results as the
 // two above up to float32 summation order; h is quantized as h / scale (correctly
-// rounded).
-enum { GEGLU_FP8_DECODE_MAX_M = 4 };
-
-// geglu_fp8_sm90_gate_up's hq and sh, with h [M, H] float32 (16-byte aligned) as workspace.
+// rounded). Both take the same device workspace (16-byte aligned) of
+// geglu_fp8_decode_workspace_bytes(M, H, N) bytes for the current device (0: not served).
+enum { GEGLU_FP8_DECODE_MAX_M = 16 };
+int64_t geglu_fp8_decode_workspace_bytes(int64_t M, int64_t H, int64_t N);
+// geglu_fp8_sm90_gate_up's hq and sh.
 int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
                              const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
-                             float* h, void* hq, float* sh, int64_t ld_sh, int approximate, void* stream);
-
+                             void* hq, float* sh, int64_t ld_sh, int approximate, void* workspace, void* stream);
 // geglu_fp8_sm90_down's out (out and the residual need element alignment only).
 int geglu_fp8_decode_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
                           const void* wd, const float* sd, int64_t N, const void* residual, void* out,
-                          int dtype, void* stream);
-
+                          int dtype, void* workspace, void* stream);
 GEGLU_SM90_END_C_DECLS

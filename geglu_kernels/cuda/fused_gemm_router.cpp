@@ -24,7 +24,7 @@
 //   (fp8_quantize_rows.cu), the block-scaled FP8 gate/up GEMM with the GeGLU and h's
 //   quantization in its epilogue, the block-scaled down GEMM with the residual
 //   (fp8_mlp_sm90.cu; stream-K at up to 64 tokens, its workspace in the one allocation);
-//   at 1 token the weight-streaming decode kernels in place of both GEMMs
+//   at 1-16 tokens the weight-streaming decode kernels in place of both GEMMs
 //   (fp8_decode_sm90.cu); elsewhere the Python function runs its dequantizing composite.
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) above 128 tokens, where it beats cuBLAS(Lt) with either GELU;
@@ -301,12 +301,10 @@ OptTensor fused_small_batch_mlp(const Tensor &x, const Tensor &w_gate, const Ten
 
 bool fp8_mlp_served(const Tensor &x) { return is_sm90(x); }
 
-// The FP8 decode kernels serve up to 4 tokens, but lead the block-scaled GEMMs only at 1
-// (Gemma-7B: 106.8 against 111.6 us on an H200; Gemma-2B 64.6 against 69.7; on an H100,
-// with a persistent grid, 120.4 / 123.0 and 74.3 / 79.9); at 4 tokens they tie on the H100
-// and lose on the H200 (110.1 against 104.1 at Gemma-7B), 2026-11-27
-// (docs/DESIGN.md, "The FP8 decode kernels").
-constexpr int64_t kFp8DecodeTokens = 1;
+// The FP8 decode kernels lead the block-scaled GEMMs at every token count they serve
+// (H100, 2026-11-27, us: Gemma-7B 111.7 / 112.0 against 122.4 / 122.0 at 1 / 16 tokens,
+// Gemma-2B 52.1 / 55.6 against 78.8 / 78.9; docs/DESIGN.md, "The FP8 decode kernels").
+constexpr int64_t kFp8DecodeTokens = GEGLU_FP8_DECODE_MAX_M;
 
 Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
                      const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
@@ -320,14 +318,15 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   // One allocation for the quantized activations and their scales (rows padded to a
   // multiple of 4, as their TMA loads ask), each part 16-byte aligned: xq [m, k] e4m3, its
   // scales [k/128, ld] float32, hq [m, hidden], its scales [hidden/128, ld]; then the
-  // decode gate/up's float32 h [m, hidden] at up to kFp8DecodeTokens tokens, or the
-  // down GEMM's stream-K workspace above.
+  // decode kernels' workspace at up to kFp8DecodeTokens tokens, or the down GEMM's
+  // stream-K workspace above.
   const bool decode = m <= kFp8DecodeTokens;
   const int64_t ld = (m + 3) / 4 * 4;
   auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
   const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4), hq_bytes = up16(m * hidden);
   const int64_t sh_bytes = up16(hidden / 128 * ld * 4);
-  const int64_t ws_bytes = decode ? m * hidden * 4 : up16(geglu_fp8_sm90_workspace_bytes(m, hidden, n));
+  const int64_t ws_bytes =
+      up16(decode ? geglu_fp8_decode_workspace_bytes(m, hidden, n) : geglu_fp8_sm90_workspace_bytes(m, hidden, n));
   const int64_t total = xq_bytes + sx_bytes + hq_bytes + sh_bytes + ws_bytes;
   const int64_t size[1] = {total / static_cast<int64_t>(x.element_size())};
   Tensor buffer = device::empty(IntArrayRef(size, 1), x);
@@ -345,9 +344,9 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   check_status(op, geglu_fp8_quantize_rows(x.data_ptr(), k, m, k, dtype, xq, sx, ld, stream));
   if (decode) {
     check_status(op, geglu_fp8_decode_gate_up(xq, sx, ld, m, k, w_gate.data_ptr(), s_gate, w_up.data_ptr(), s_up,
-                                              hidden, static_cast<float *>(workspace), hq, sh, ld, tanh, stream));
+                                              hidden, hq, sh, ld, tanh, workspace, stream));
     check_status(op, geglu_fp8_decode_down(hq, sh, ld, m, hidden, w_down.data_ptr(), s_down, n,
-                                           ptr_or_null(residual), y.data_ptr(), dtype, stream));
+                                           ptr_or_null(residual), y.data_ptr(), dtype, workspace, stream));
     return y;
   }
   check_status(op, geglu_fp8_sm90_gate_up(xq, sx, ld, m, k, w_gate.data_ptr(), s_gate, w_up.data_ptr(), s_up, hidden,

@@ -578,13 +578,13 @@ def test_ue8m0_is_power_of_two_float_scales(kernel):
 
 cuda = pytest.mark.cuda
 
-# (M values, (in, hidden, out)): the big shapes at small M only. At 1 token the decode
-# kernels run (with an odd count of 128-blocks along the down projection's K: its two
-# segments of unequal length), the GEMMs from 2 on.
+# (M values, (in, hidden, out)): the big shapes at small M only. At 1-16 tokens the
+# decode kernels run (8-token wgmmas up to 8, 16-token ones above; the down projection's
+# K split unevenly where its 128-blocks do not divide), the GEMMs from 17 on.
 CUDA_GRID = [
-    ([1, 4, 5, 7, 16, 64, 129, 1000, 4096], (128, 128, 128)),
-    ([1, 2, 3, 4, 5, 7, 16, 64, 129, 1000, 4096], (768, 3072, 768)),
-    ([1, 3], (384, 640, 384)),
+    ([1, 4, 5, 7, 16, 17, 64, 129, 1000, 4096], (128, 128, 128)),
+    ([1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 64, 129, 1000, 4096], (768, 3072, 768)),
+    ([1, 3, 12], (384, 640, 384)),
     ([1, 7, 16], (2048, 16384, 2048)),
     ([1, 16], (3072, 24576, 3072)),
 ]
@@ -741,8 +741,9 @@ def test_native_compile_fullgraph(kernel, native):
 
 
 @cuda
-def test_native_cuda_graph_capture_and_replay(kernel, native):
-    x, weights, res, _ = mlp_inputs(16, 768, 3072, 768, torch.bfloat16, device="cuda", residual=True)
+@pytest.mark.parametrize("m", [16, 64])  # the decode kernels, the GEMMs (stream-K down)
+def test_native_cuda_graph_capture_and_replay(kernel, native, m):
+    x, weights, res, _ = mlp_inputs(m, 768, 3072, 768, torch.bfloat16, device="cuda", residual=True)
     static_x, static_res = x.clone(), res.clone()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -754,7 +755,7 @@ def test_native_cuda_graph_capture_and_replay(kernel, native):
     with torch.cuda.graph(graph):
         static_y = kernel.geglu_mlp_fp8(static_x, *weights, residual=static_res)
     for seed in (1, 2):
-        new_x = rand((16, 768), torch.bfloat16, seed=seed, device="cuda")
+        new_x = rand((m, 768), torch.bfloat16, seed=seed, device="cuda")
         static_x.copy_(new_x)
         static_y.fill_(float("nan"))
         graph.replay()

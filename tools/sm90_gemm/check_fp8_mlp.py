@@ -33,9 +33,11 @@ P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 lib.geglu_fp8_quantize_rows.argtypes = [P, I64, I64, I64, I, P, P, I64, P]
 lib.geglu_fp8_sm90_gate_up.argtypes = [P, P, I64, I64, I64, P, P, P, P, I64, P, P, I64, I, P]
 lib.geglu_fp8_sm90_down.argtypes = [P, P, I64, I64, I64, P, P, I64, P, P, I, P, P]
-lib.geglu_fp8_decode_gate_up.argtypes = [P, P, I64, I64, I64, P, P, P, P, I64, P, P, P, I64, I, P]
-lib.geglu_fp8_decode_down.argtypes = [P, P, I64, I64, I64, P, P, I64, P, P, I, P]
-DECODE_MAX_M = 4
+lib.geglu_fp8_decode_workspace_bytes.argtypes = [I64, I64, I64]
+lib.geglu_fp8_decode_workspace_bytes.restype = I64
+lib.geglu_fp8_decode_gate_up.argtypes = [P, P, I64, I64, I64, P, P, P, P, I64, P, P, I64, I, P, P]
+lib.geglu_fp8_decode_down.argtypes = [P, P, I64, I64, I64, P, P, I64, P, P, I, P, P]
+DECODE_MAX_M = 16
 lib.geglu_fp8_sm90_workspace_bytes.argtypes = [I64, I64, I64]
 lib.geglu_fp8_sm90_workspace_bytes.restype = I64
 lib.geglu_fp8_sm90_gate_up_variant.argtypes = [I] + lib.geglu_fp8_sm90_gate_up.argtypes[:-1] + [P, P]
@@ -93,7 +95,8 @@ class Fp8Mlp:
         self.hq = torch.empty(M, H, device="cuda", dtype=E4M3)
         self.sh = torch.empty(H // 128, self.ld, device="cuda")
         self.out = torch.empty(M, d, device="cuda", dtype=dtype)
-        self.h32 = torch.empty(M, H, device="cuda")  # the decode gate/up's workspace
+        self.dws = torch.empty(max(lib.geglu_fp8_decode_workspace_bytes(M, H, d), 16), device="cuda",
+                               dtype=torch.uint8)  # the decode kernels' workspace
         ws = max(lib.geglu_fp8_sm90_workspace_bytes(M, H, d), 64 << 20)  # the variants run stream-K at any M
         self.ws = torch.empty(ws, device="cuda", dtype=torch.uint8)
 
@@ -106,8 +109,8 @@ class Fp8Mlp:
     def decode_gate_up(self, approximate=1):
         st = lib.geglu_fp8_decode_gate_up(self.xq.data_ptr(), self.sx.data_ptr(), self.ld, self.M, self.d,
                                           self.wg.data_ptr(), self.sg.data_ptr(), self.wu.data_ptr(),
-                                          self.su.data_ptr(), self.H, self.h32.data_ptr(), self.hq.data_ptr(),
-                                          self.sh.data_ptr(), self.ld, approximate, stream())
+                                          self.su.data_ptr(), self.H, self.hq.data_ptr(), self.sh.data_ptr(),
+                                          self.ld, approximate, self.dws.data_ptr(), stream())
         assert st == 0, f"decode gate_up status {st}"
 
     def decode_down(self, residual=None):
@@ -115,7 +118,7 @@ class Fp8Mlp:
         st = lib.geglu_fp8_decode_down(self.hq.data_ptr(), self.sh.data_ptr(), self.ld, self.M, self.H,
                                        self.wd.data_ptr(), self.sd.data_ptr(), self.d,
                                        None if residual is None else residual.data_ptr(), self.out.data_ptr(), dt,
-                                       stream())
+                                       self.dws.data_ptr(), stream())
         assert st == 0, f"decode down status {st}"
 
     def run_decode(self, residual=None, approximate=1):
@@ -170,7 +173,7 @@ def check(M, d, H, residual=False, approximate=1, dtype=torch.bfloat16, decode=F
     m.out.fill_(float("nan"))
     m.hq.fill_(float("nan"))
     m.sh.fill_(float("nan"))
-    m.h32.fill_(float("nan"))
+    m.dws.fill_(255)  # NaN as float32
     y = (m.run_decode if decode else m.run)(res, approximate).clone()
     torch.cuda.synchronize()
     ref, exact, xq, sx, hq, sh = m.reference(res, "tanh" if approximate else "none")
@@ -340,6 +343,59 @@ def copy_bandwidth():
     return 2 * a.numel() / (ms * 1e-3)
 
 
+def cold_us(fn, reps=100, flush_mb=512):
+    """Median time of fn after a read of flush_mb MB (L2 holds clean lines, as in a model
+    where the weights before were read evict-first), on CUDA events."""
+    flush = torch.empty(flush_mb << 18, device="cuda")
+    flush.fill_(1.0)
+    times = []
+    for _ in range(reps):
+        flush.sum()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def back_to_back_us(fn, calls=50):
+    """Mean time of fn over `calls` calls in a row (no flush: the PDL chain overlaps each
+    call's start with the tail of the one before)."""
+    for _ in range(3):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(calls):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1e3 / calls
+
+
+def decode_timings(M, d, H):
+    """The decode kernels and the GEMM route timed three ways: do_bench (its L2 flush writes
+    256 MB, so the kernel starts with the L2 full of dirty lines to write back), after a
+    clean flush, and back to back."""
+    from triton.testing import do_bench
+
+    m = Fp8Mlp(M, d, H)
+    floor = 3 * d * H / copy_bandwidth() * 1e6
+    rows = {}
+    for name, fn in (("decode route", m.run_decode), ("decode: gate/up", m.decode_gate_up),
+                     ("decode: down", m.decode_down), ("GEMM route", m.run)):
+        fn()
+        torch.cuda.synchronize()
+        rows[name] = dict(do_bench=do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3,
+                          clean=cold_us(fn), clean64=cold_us(fn, flush_mb=64), back_to_back=back_to_back_us(fn))
+    share = {"decode route": 1.0, "decode: gate/up": 2 / 3, "decode: down": 1 / 3, "GEMM route": 1.0}
+    log(f"timings M={M} d={d} H={H}, floor {floor:.1f} us: " + "; ".join(
+        f"{k}: " + ", ".join(f"{t} {v:.1f} ({v / (floor * share[k]):.2f}x)" for t, v in r.items())
+        for k, r in rows.items()))
+    return dict(M=M, d=d, H=H, floor_us=floor, rows=rows)
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, ".sm90dev")
     torch.manual_seed(0)
@@ -354,15 +410,17 @@ def main():
         diagnose(64)
         return
     checks = []
-    for M in (1, 2, 3, 4):
+    for M in (1, 2, 3, 4, 7, 8, 9, 16):
         checks.append(check(M, 768, 3072, decode=True))
     checks.append(check(1, 3072, 24576, decode=True, residual=True))
+    checks.append(check(16, 3072, 24576, decode=True, residual=True, approximate=0))
     checks.append(check(4, 2048, 16384, decode=True, approximate=0))
     checks.append(check(3, 384, 640, decode=True, residual=True, dtype=torch.float16))
+    checks.append(check(12, 384, 640, decode=True, residual=True, dtype=torch.float16))
     checks.append(check(2, 128, 128, decode=True))
     if os.environ.get("FP8_DECODE_ONLY"):
-        for M, d, H in ((1, 3072, 24576), (4, 3072, 24576), (1, 2048, 16384), (4, 2048, 16384)):
-            bench(M, d, H)
+        for M, d, H in ((1, 3072, 24576), (16, 3072, 24576), (1, 2048, 16384), (16, 2048, 16384)):
+            decode_timings(M, d, H)
         log("ALL OK" if all(c["ok"] for c in checks) else "SOME FAILED")
         return
     for M in (1, 7, 16, 64, 129, 1000):
