@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -249,6 +250,65 @@ def test_compiled_training_is_the_model_compiled_alone(device, layer, kernel):
     assert grads["kernelized"].keys() == grads["alone"].keys()
     for n, g in grads["alone"].items():
         assert g is not None and rel_err(grads["kernelized"][n], g) < tol, n
+
+
+def installed_guards(model, inputs) -> dict:
+    """The guards Dynamo installs compiling `model` (fullgraph, one training step), all
+    evaluated before every call of the compiled model: "leaf", the checks of its C++ guard
+    tree; "python", the parts of its Python-evaluated guards (object aliasing: `a is b`)."""
+    import torch._dynamo.guards as dynamo_guards
+
+    if not hasattr(dynamo_guards, "guard_manager_testing_hook_fn"):
+        pytest.skip("this torch has no guard manager hook")
+    managers = []
+
+    def walk(manager) -> int:
+        n = len(manager.get_leaf_guards())
+        children = list(manager.get_child_managers())
+        if hasattr(manager, "get_key_value_managers"):  # a dict's entries
+            children += [m for pair in manager.get_key_value_managers().values() for m in pair if m is not None]
+        return n + sum(walk(child) for child in children)
+
+    torch._dynamo.reset()
+    dynamo_guards.guard_manager_testing_hook_fn = lambda manager, scope, builder: managers.append(manager)
+    try:
+        loss_of(torch.compile(model, fullgraph=True, backend="eager"), inputs).backward()
+    finally:
+        dynamo_guards.guard_manager_testing_hook_fn = None
+        torch._dynamo.reset()
+    assert len(managers) == 1  # one graph: no break, no recompile
+    root = managers[0].root
+    python = sum(len(g.verbose_code_parts()) for g in root.get_epilogue_lambda_guards())
+    return {"leaf": walk(root), "python": python}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_training_guards_are_the_model_compiled_alone(device, layer):
+    """Mode.TRAINING | Mode.TORCH_COMPILE, compiled: Dynamo guards what it guards compiling
+    the model alone, checked before every training step. The reference is the model alone
+    with `forward` bound on the same modules as kernelize binds it (an instance attribute,
+    on the activations too, which keep their own forward in training): those bindings'
+    guards are kernels', not the layers'. The layers may add only their test of
+    compile-with-gradients (a module, a function and a builtin: three identity checks),
+    whatever the layer count, and no Python-evaluated guard. Tracing the eager route
+    instead (module state read through `__dict__`, the package's functions, constants and
+    globals) adds 48 checks and 9 Python aliasing guards for two Gemma layers."""
+    original = build("gemma", device).train()
+    kernelized = example.kernelize_with_geglu(
+        copy.deepcopy(original), mode=Mode.TRAINING | Mode.TORCH_COMPILE, layer=layer
+    )
+    assert example.count_kernelized(kernelized) == {"GeGLUMLP": 2}
+    bound = copy.deepcopy(original)
+    rebound = 0
+    for module, kernelized_module in zip(bound.modules(), kernelized.modules()):
+        if "forward" in vars(kernelized_module):
+            module.forward = types.MethodType(type(module).forward, module)
+            rebound += 1
+    assert rebound == 4  # two MLPs and their two activations
+    inputs = example.model_inputs(original)
+    want, got = installed_guards(bound, inputs), installed_guards(kernelized, inputs)
+    assert got["python"] <= want["python"], (got, want)
+    assert got["leaf"] <= want["leaf"] + 3, (got, want)
 
 
 # --------------------------------------------------------------------------- fallback

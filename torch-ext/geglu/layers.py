@@ -12,8 +12,9 @@ per-call copies.
 On a compiled variant each block's forward is one native op call (`_geglu_mlp`,
 `_linear_bias_gelu`: checks, routing and launches in C++); the Python here only
 decides whether the module is one the kernels compute exactly. Training under
-torch.compile, the functional API hands the compiler torch's ops instead, the graph of
-the module's own forward, which Inductor fuses and differentiates (linear.py).
+torch.compile, the blocks run the module's own forward instead: the graph Inductor fuses
+and differentiates compiling the model alone, read through the paths Dynamo guards
+compiling it alone (`_is_compiling`).
 
 The functional API these call picks the kernel for the tensor's device (compiled
 or Triton on CUDA, native kernels on CPU), so a kernelized model also runs on CPU.
@@ -351,6 +352,18 @@ class GeluAndMul(nn.Module):
 # --------------------------------------------------------------------------- blocks
 
 
+# torch.compile with gradients: the module's own forward. The eager routes, traced, would give
+# the same graph (linear.py, `_traced_with_grad`), but Dynamo guards every object traced Python
+# reads, by the path it read it through, and checks those guards before every compiled call:
+# the eager routes read module state from `__dict__`, and the package's functions, constants
+# and globals (`torch`, `F`: module objects the model's code reaches through its own globals,
+# an aliasing guard evaluated in Python each). The module's forward reads what compiling the
+# model alone reads, the same way. The blocks' check calls two functions bound here, not read
+# through `torch` (no aliasing guard), after x.requires_grad: an inference call pays that read.
+_is_compiling = torch.compiler.is_compiling
+_is_grad_enabled = torch.is_grad_enabled
+
+
 class GeGLUMLP(nn.Module):
     """`down_proj(act_fn(gate_proj(x)) * up_proj(x))` for Gemma-family MLPs
     (`GemmaMLP`, `Gemma2MLP`, `Gemma3MLP`; Transformers' hub name "GeGLUMLP").
@@ -368,6 +381,8 @@ class GeGLUMLP(nn.Module):
     can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.requires_grad and _is_compiling() and _is_grad_enabled():
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
         return _gated_gelu_mlp(x, *_submodules(self, "gate_proj", "up_proj", "down_proj", "act_fn"))
 
 
@@ -385,6 +400,8 @@ class T5GatedGeluDense(nn.Module):
     can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.requires_grad and _is_compiling() and _is_grad_enabled():
+            return _dropout_down(self.act(self.wi_0(hidden_states)) * self.wi_1(hidden_states), self.wo, self.dropout)
         return _gated_gelu_mlp(hidden_states, *_submodules(self, "wi_0", "wi_1", "wo", "act", "dropout"))
 
 
@@ -402,6 +419,8 @@ class BiasGeluIntermediate(nn.Module):
     can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.requires_grad and _is_compiling() and _is_grad_enabled():
+            return self.intermediate_act_fn(self.dense(hidden_states))
         act, dense = _submodules(self, "intermediate_act_fn", "dense")
         approximate = _gelu_approximate(act)
         operands = _linear_operands(hidden_states, dense) if approximate is not None else None
