@@ -302,8 +302,9 @@ OptTensor fused_small_batch_mlp(const Tensor &x, const Tensor &w_gate, const Ten
 bool fp8_mlp_served(const Tensor &x) { return is_sm90(x); }
 
 // The FP8 decode kernels lead the block-scaled GEMMs at every token count they serve
-// (H100, 2026-11-27, us: Gemma-7B 111.7 / 112.0 against 122.4 / 122.0 at 1 / 16 tokens,
-// Gemma-2B 52.1 / 55.6 against 78.8 / 78.9; docs/DESIGN.md, "The FP8 decode kernels").
+// (2026-11-27, us: H100 Gemma-7B 112.5 / 111.4 against 123.7 / 123.3 at 1 / 16 tokens,
+// Gemma-2B 52.8 / 56.2 against 79.5 / 79.3; H200 80.2 / 81.9 against 112.3 / 102.6;
+// docs/DESIGN.md, "The FP8 decode kernels").
 constexpr int64_t kFp8DecodeTokens = GEGLU_FP8_DECODE_MAX_M;
 
 Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
