@@ -21,12 +21,13 @@
 //   counter back to 0.
 // - down: a block owns 128 output rows (both boxes) and one split of K; the splits'
 //   float32 sums go to the workspace and the last block of a row tile adds them in split
-//   order (deterministic) with the residual. Splits are chosen so that the grid is about
-//   three blocks per SM, all resident at once.
+//   order (deterministic) with the residual. Splits are chosen so that the grid is one
+//   wave of two blocks per SM.
 // - Each kernel is launched as a programmatic dependent of the one before it (PDL): its
 //   producer issues the first stages' weights (which no earlier kernel writes) before
 //   griddepcontrol.wait, so the weight stream starts under the previous kernel's tail.
-//   The op's first kernel (x's quantization) is launched normally.
+//   The op's first kernel (x's quantization) is launched normally and lets the gate/up
+//   start at once.
 // Build: part of the geglu_gemm_sm90 kernel (build.toml), sm_90a.
 
 #include <cuda.h>
