@@ -240,6 +240,58 @@ def test_static_cache_generate_compiles_kernelized_layers(device, kernel, layer)
         assert_only_what_the_original_has(original, prompts, device, log, counts)
 
 
+def fp8_tiny_gemma(device):
+    """A 2-layer Gemma whose MLP projections are Transformers FP8Linear modules holding
+    the block-quantized weights (the FineGrainedFP8 layout; widths multiples of 128)."""
+    import transformers as tf
+    from transformers.integrations.finegrained_fp8 import FP8Linear
+
+    torch.manual_seed(0)
+    config = tf.GemmaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=1, head_dim=64, vocab_size=128)
+    model = tf.GemmaForCausalLM(config).to(device, torch.bfloat16).eval()
+    for mlp in (m for m in model.modules() if type(m).__name__ == "GemmaMLP"):
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            lin = getattr(mlp, name)
+            n, k = lin.weight.shape
+            blocks = lin.weight.detach().float().reshape(n // 128, 128, k // 128, 128)
+            scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / 448.0
+            fp8 = FP8Linear(k, n, block_size=(128, 128), activation_scheme="dynamic").to(device)
+            with torch.no_grad():
+                fp8.weight.copy_((blocks / scale[:, None, :, None]).clamp(-448, 448).reshape(n, k).to(fp8.weight.dtype))
+                fp8.weight_scale_inv.copy_(scale)
+            setattr(mlp, name, fp8)
+    return model
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_static_cache_generate_compiles_kernelized_fp8_mlps(device, kernel, layer):
+    """The same for FP8 MLPs: the kernelized layers run geglu_mlp_fp8 (on sm_90 the decode
+    kernels at these token counts) inside the compiled, graph-replayed decode step, with
+    no graph break or cudagraph skip of ours, and every step's logits as the kernelized
+    model computes them eagerly on the same prefix (FP8 against FP8: only the summation
+    order may differ)."""
+    pytest.importorskip("transformers.integrations.finegrained_fp8")
+    torch._dynamo.reset()
+    model = example.kernelize_with_geglu(
+        fp8_tiny_gemma(device), mode=Mode.INFERENCE | Mode.TORCH_COMPILE, layer=layer
+    )
+    assert example.count_kernelized(model).get("GeGLUMLP") == 2
+    prompts = [torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(s)).to(device) for s in (1, 2)]
+    with compile_log() as log:
+        runs = [static_generate(model, prompt, device) for prompt in prompts]
+    assert log.counts()["graphs_compiled"] > 0, "generate() did not compile the decode step"
+    for prompt, (sequences, step_logits) in zip(prompts, runs):
+        assert sequences.shape == (2, prompt.shape[1] + NEW_TOKENS) and len(step_logits) == NEW_TOKENS
+        with torch.no_grad():
+            for step, logits in enumerate(step_logits):
+                eager = model(input_ids=sequences[:, : prompt.shape[1] + step]).logits[:, -1].float()
+                assert rel_err(logits.float(), eager) <= 2e-2, f"step {step}"
+    ours = geglu_markers(kernel)
+    assert not mentioning(log.graph_breaks, ours), "\n\n".join(mentioning(log.graph_breaks, ours))
+    assert not mentioning(log.cudagraph_skips, ours), "\n\n".join(mentioning(log.cudagraph_skips, ours))
+
+
 def assert_only_what_the_original_has(original, prompts, device, log, counts):
     """Breaks or skips showed up: the original model, compiled and called the same way,
     must show as many (then they are Transformers' or torch's, reported as a warning)."""
