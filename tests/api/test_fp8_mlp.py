@@ -670,6 +670,38 @@ def test_native_grid(kernel, native, monkeypatch, case, residual):
 
 
 @cuda
+@pytest.mark.parametrize("m", [1, 16])
+def test_native_decode_gate_up_weights_over_2_31_elements_large(kernel, native, m):
+    """The decode kernels on gate / up weights of > 2^31 elements each (131200 x 16384):
+    the rows past element 2^31 (the last 128 hidden units) weighted 30x in the down
+    projection, so an offset that wrapped would show in every output."""
+    k, hidden, n_out = 16384, (1 << 17) + 128, 256
+    gen = torch.Generator(device="cuda").manual_seed(7)
+
+    def e4m3(rows, cols):  # random finite e4m3 bytes (0x7f / 0xff are NaN)
+        q = torch.randint(0, 0x7F, (rows, cols), device="cuda", dtype=torch.uint8, generator=gen)
+        sign = torch.randint(0, 2, (rows, cols), device="cuda", dtype=torch.uint8, generator=gen) << 7
+        return (q | sign).view(FP8)
+
+    def scales(rows, cols, fan_in):
+        return torch.rand((rows // 128, cols // 128), device="cuda", generator=gen).add_(0.5).mul_(fan_in**-0.5 / 200)
+
+    qg, qu, qd = e4m3(hidden, k), e4m3(hidden, k), e4m3(n_out, hidden)
+    sg, su, sd = scales(hidden, k, k), scales(hidden, k, k), scales(n_out, hidden, hidden)
+    sd[:, -1] *= 30
+    x = rand((m, k), torch.bfloat16, 8, device="cuda")
+    y = kernel.geglu_mlp_fp8(x, qg, sg, qu, su, qd, sd)
+    # The float64 reference, gate / up by chunks of rows.
+    xq = quantize_rows_ref(x)
+    h = torch.cat([F.gelu(xq @ dequantize_ref(qg[r : r + 8192], sg[r // 128 : (r + 8192) // 128]).T, approximate="tanh")
+                   * (xq @ dequantize_ref(qu[r : r + 8192], su[r // 128 : (r + 8192) // 128]).T)
+                   for r in range(0, hidden, 8192)], dim=1)
+    ref = quantize_rows_ref(h) @ dequantize_ref(qd, sd).T
+    del qg, qu
+    assert_kernel_matches_ref(y, ref, None, f"M={m}, {hidden} x {k} gate / up weights")
+
+
+@cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("approximate", APPROX)
 def test_native_dtypes_approximations_and_leading_dims(native, dtype, approximate):
