@@ -36,7 +36,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "bulk_copy_ring.cuh"
 #include "fp8_convert.cuh"
@@ -393,6 +395,306 @@ __global__ void __launch_bounds__(kThreads, TwoPerSm::kBlocksPerSm)
   });
 }
 
+// ---- Both GEMMs in one persistent kernel -------------------------------------------------
+// Work items, claimed in order from one counter: first the gate/up tiles (64 columns of h
+// over all of K), then the down projection's (row tile, split) items, split-major. A
+// block's producer claims the next item as soon as its last weights are issued, so the
+// down's weights (which nothing writes) stream while the gate/up's last tiles finish; only
+// the tokens box of a down stage (h's e4m3 rows) and its scales wait for that K block's h
+// group (group_ready, set by the block that quantized it). Every gate/up item is claimed
+// before any down item and never waits, so the kernel cannot deadlock whichever blocks
+// are resident.
+struct MlpParams {
+  int x_blocks;      // K / 128: a gate/up item's depth
+  int h_blocks;      // H / 128
+  int split_blocks;  // a down item's depth (the last split may be shorter)
+  int gate_up_items;  // H / 64
+  int down_tiles;     // N / 128
+  int splits;
+  int items;
+  int M;
+  int64_t H, N;
+  const float* sx;
+  int64_t ld_sx;
+  const float *sg, *su, *sd;
+  float* h;
+  uint8_t* hq;
+  float* sh;
+  int64_t ld_sh;
+  float* partials;
+  const void* residual;
+  void* out;
+  int* claims;       // [0]: the next item, [1]: producers done
+  int* group_count;  // [H / 128]: gate/up tiles done per h group
+  int* group_ready;  // [H / 128]: h group quantized
+  int* tile_count;   // [N / 128]: down splits done per row tile
+};
+
+struct Item {
+  bool down;
+  int row0, row1;  // the two boxes' first weight rows
+  int kb0, blocks;  // its K blocks
+  int scale_row;    // its weight scales' block row
+  int split, tile;  // down only
+};
+__device__ __forceinline__ Item item_of(const MlpParams& p, int id) {
+  Item it;
+  it.down = id >= p.gate_up_items;
+  if (!it.down) {
+    it.row0 = it.row1 = kBoxRows * id;
+    it.kb0 = 0, it.blocks = p.x_blocks;
+    it.scale_row = it.row0 / kBlock;
+    it.split = it.tile = 0;
+  } else {
+    const int j = id - p.gate_up_items;
+    it.split = j / p.down_tiles, it.tile = j % p.down_tiles;
+    it.row0 = 2 * kBoxRows * it.tile, it.row1 = it.row0 + kBoxRows;
+    it.kb0 = it.split * p.split_blocks;
+    it.blocks = min(p.split_blocks, p.h_blocks - it.kb0);
+    it.scale_row = it.tile;
+  }
+  return it;
+}
+
+__device__ __forceinline__ int load_acquire(const int* flag) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(int* flag, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
+}
+__device__ __forceinline__ bool mbar_test(uint64_t* bar, int parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+template <int kN, class Occ, bool kTanh, class T>
+__global__ void __launch_bounds__(kThreads, Occ::kBlocksPerSm)
+    mlp(const __grid_constant__ CUtensorMap wg, const __grid_constant__ CUtensorMap wu,
+        const __grid_constant__ CUtensorMap xq, const __grid_constant__ CUtensorMap wd,
+        const __grid_constant__ CUtensorMap hq, const MlpParams p) {
+  constexpr int kStages = Occ::kStages;
+  using S = Ring<kN, kStages>;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  __shared__ int stage_item[kStages], stage_block[kStages];
+  __shared__ __align__(16) float stage_scales[kStages][kN];  // the tokens' scales of the stage's K block
+  __shared__ bool last;
+  unsigned char* ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t scale_bytes = uint32_t((p.M * 4 + 15) / 16 * 16);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], kConsumerThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  allow_next_kernel();
+
+  if (warp == kConsumerThreads / 32) {  // the producer: weights run ahead, tokens when ready
+    if (lane != 0) return;
+    const CUtensorMap* maps[5] = {&wg, &wu, &xq, &wd, &hq};
+#pragma unroll
+    for (int i = 0; i < 5; ++i) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(maps[i])) : "memory");
+    }
+    const uint64_t weights = l2_policy(true), tokens = l2_policy(false);
+    int id = atomicAdd(p.claims, 1);
+    Item cur = item_of(p, id);
+    int cur_block = 0, w = 0, t = 0;
+    bool claimed = id < p.items, waited = false;
+    while (claimed || t < w) {
+      bool progress = false;
+      if (claimed && (w < kStages || mbar_test(&empty[w % kStages], (w / kStages - 1) & 1))) {
+        const int slot = w % kStages;
+        unsigned char* stage = ring + slot * S::kStageBytes;
+        stage_item[slot] = id, stage_block[slot] = cur_block;
+        const int k = (cur.kb0 + cur_block) * kBlock;
+        mbar_arrive_expect_tx(&full[slot], S::kStageBytes + scale_bytes);
+        tma_load(stage, cur.down ? &wd : &wg, k, cur.row0, &full[slot], weights);
+        tma_load(stage + kBoxBytes, cur.down ? &wd : &wu, k, cur.row1, &full[slot], weights);
+        ++w, progress = true;
+        if (++cur_block == cur.blocks) {
+          id = atomicAdd(p.claims, 1);
+          claimed = id < p.items;
+          if (claimed) cur = item_of(p, id);
+          cur_block = 0;
+        }
+      }
+      if (t < w) {
+        const int slot = t % kStages;
+        const Item it = item_of(p, stage_item[slot]);
+        const int kb = it.kb0 + stage_block[slot];
+        bool ready = true;
+        if (!it.down) {
+          if (!waited) wait_for_previous_kernel();  // x's quantization
+          waited = true;
+        } else {
+          ready = load_acquire(p.group_ready + kb) != 0;
+          if (ready) asm volatile("fence.proxy.async.global;\n" ::: "memory");  // h's bytes to the TMA's reads
+        }
+        if (ready) {
+          tma_load(ring + slot * S::kStageBytes + S::kTokensOffset, it.down ? &hq : &xq, kb * kBlock, 0,
+                   &full[slot], tokens);
+          const float* scales = it.down ? p.sh + kb * p.ld_sh : p.sx + kb * p.ld_sx;
+          bulk_copy(stage_scales[slot], scales, scale_bytes, &full[slot]);
+          ++t, progress = true;
+        }
+      }
+      if (!progress) __nanosleep(64);
+    }
+    // The consumers' end mark, then the last producer out zeroes the claims and flags.
+    if (w >= kStages) mbar_wait(&empty[w % kStages], (w / kStages - 1) & 1);
+    stage_item[w % kStages] = -1;
+    mbar_arrive(&full[w % kStages]);
+    if (atomicAdd(p.claims + 1, 1) == int(gridDim.x) - 1) {
+      for (int g = 0; g < p.h_blocks; ++g) p.group_ready[g] = 0;
+      p.claims[0] = 0, p.claims[1] = 0;
+    }
+    return;
+  }
+
+  constexpr int kR = kN / 2;
+  constexpr int kTok = kN / 4;
+  int tok[kTok];
+#pragma unroll
+  for (int j = 0; j < kTok; ++j) tok[j] = acc_token(4 * (j / 2) + j % 2);
+  const int t = threadIdx.x;
+  for (int s = 0;;) {
+    mbar_wait(&full[s % kStages], (s / kStages) & 1);
+    const int id = stage_item[s % kStages];
+    if (id < 0) break;
+    const Item it = item_of(p, id);
+    const float* sw0 = (it.down ? p.sd : p.sg) + int64_t(it.scale_row) * (it.down ? p.h_blocks : p.x_blocks) + it.kb0;
+    const float* sw1 = it.down ? sw0 : p.su + int64_t(it.scale_row) * p.x_blocks + it.kb0;
+    float acc[2][kR] = {};
+    // Stage i's weight scales, loaded one stage ahead: their latency then hides under the wait.
+    float next0 = __ldg(sw0), next1 = __ldg(sw1);
+    for (int i = 0; i < it.blocks; ++i, ++s) {
+      const int slot = s % kStages;
+      const float w0 = next0, w1 = next1;
+      if (i + 1 < it.blocks) next0 = __ldg(sw0 + i + 1), next1 = __ldg(sw1 + i + 1);
+      if (i > 0) mbar_wait(&full[slot], (s / kStages) & 1);
+      float x[kTok];
+#pragma unroll
+      for (int j = 0; j < kTok; ++j) x[j] = tok[j] < p.M ? stage_scales[slot][tok[j]] : 0.0f;
+      const unsigned char* stage = ring + slot * S::kStageBytes;
+      const uint64_t a0 = sw128_desc(stage), a1 = sw128_desc(stage + kBoxBytes);
+      const uint64_t b = sw128_desc(stage + S::kTokensOffset);
+      float part[2][kR];
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int k = 0; k < kBlock / 32; ++k) wgmma<kN>(part[0], a0 + 2 * k, b + 2 * k, k);
+#pragma unroll
+      for (int k = 0; k < kBlock / 32; ++k) wgmma<kN>(part[1], a1 + 2 * k, b + 2 * k, k);
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      fence_registers(part[0]);
+      fence_registers(part[1]);
+      if (lane == 0) mbar_arrive(&empty[slot]);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const float xs = x[2 * (r / 4) + r % 2];
+        acc[0][r] = fmaf(part[0][r], w0 * xs, acc[0][r]);
+        acc[1][r] = fmaf(part[1][r], w1 * xs, acc[1][r]);
+      }
+    }
+    if (!it.down) {
+      // h = gelu(gate) * up; the second tile of the 128-column group quantizes it.
+      const int64_t n0 = it.row0;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const int token = acc_token(r);
+        if (token < p.M) {
+          __stcg(p.h + token * p.H + n0 + acc_row(r), geglu_cuda::gelu_ex2_rcp<kTanh>(acc[0][r]) * acc[1][r]);
+        }
+      }
+      const int group = int(n0 / kBlock);
+      consumer_sync();
+      if (t == 0) {
+        __threadfence();
+        last = atomicAdd(p.group_count + group, 1) == kBlock / kBoxRows - 1;
+      }
+      consumer_sync();
+      if (last) {
+        __threadfence();
+        const int l = t % 16;
+        const int64_t col = int64_t(group) * kBlock + 8 * l;
+        for (int token0 = 0; token0 < p.M; token0 += kConsumerThreads / 16) {
+          const int token = token0 + t / 16;
+          float v[8] = {};
+          float amax = 0.0f;
+          if (token < p.M) {
+            const float4 lo = __ldcg(reinterpret_cast<const float4*>(p.h + token * p.H + col));
+            const float4 hi = __ldcg(reinterpret_cast<const float4*>(p.h + token * p.H + col + 4));
+            v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+          }
+          const float scale = fp8_convert::group_scale(amax);
+          if (token < p.M) {
+            *reinterpret_cast<uint2*>(p.hq + token * p.H + col) = fp8_convert::quantize8(v, scale);
+            if (l == 0) p.sh[group * p.ld_sh + token] = scale;
+          }
+        }
+        __threadfence();
+        consumer_sync();
+        if (t == 0) {
+          p.group_count[group] = 0;
+          store_release(p.group_ready + group, 1);
+        }
+      }
+    } else {
+      // The split's sums to the workspace; the last split of the row tile adds them up in
+      // split order with the residual.
+      const int64_t N = p.N, n0 = it.row0;
+      float* part = p.partials + int64_t(it.split) * p.M * N;
+#pragma unroll
+      for (int box = 0; box < 2; ++box) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          const int token = acc_token(r);
+          if (token < p.M) __stcg(part + token * N + n0 + kBoxRows * box + acc_row(r), acc[box][r]);
+        }
+      }
+      consumer_sync();
+      if (t == 0) {
+        __threadfence();
+        last = atomicAdd(p.tile_count + it.tile, 1) == p.splits - 1;
+      }
+      consumer_sync();
+      if (last) {
+        __threadfence();
+        if (t == 0) p.tile_count[it.tile] = 0;
+        const int64_t col = n0 + 4 * (t % 32);
+        for (int token = t / 32; token < p.M; token += kConsumerThreads / 32) {
+          float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+          for (int sp = 0; sp < p.splits; ++sp) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (int64_t(sp) * p.M + token) * N + col));
+            y.x += v.x, y.y += v.y, y.z += v.z, y.w += v.w;
+          }
+          const float sum[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float o = sum[e];
+            if (p.residual) o += geglu_cuda::to_float(static_cast<const T*>(p.residual)[token * N + col + e]);
+            static_cast<T*>(p.out)[token * N + col + e] = geglu_cuda::from_float<T>(o);
+          }
+        }
+      }
+    }
+  }
+}
+
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda), found once.
 CUresult encode_tiled(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows, uint32_t box_rows) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -427,7 +729,10 @@ struct DownGrid {
 };
 DownGrid down_grid(int64_t H, int64_t N, int sm_count) {
   const int k_blocks = int(H / kBlock), tiles = int(N / (2 * kBoxRows));
-  int splits = TwoPerSm::kBlocksPerSm * sm_count / tiles;
+#ifndef GEGLU_FP8_MLP_SPLIT_FACTOR
+#define GEGLU_FP8_MLP_SPLIT_FACTOR 1
+#endif
+  int splits = GEGLU_FP8_MLP_SPLIT_FACTOR * TwoPerSm::kBlocksPerSm * sm_count / tiles;
   splits = splits < 1 ? 1 : splits > k_blocks ? k_blocks : splits;
   const int split_blocks = (k_blocks + splits - 1) / splits;
   return DownGrid{tiles, (k_blocks + split_blocks - 1) / split_blocks, split_blocks};
@@ -575,4 +880,73 @@ extern "C" int geglu_fp8_decode_down(const void* hq, const float* sh, int64_t ld
   }
   return dtype == GEGLU_SM90_BF16 ? launch<down<16, __nv_bfloat16>>(grid, Ring<16, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p)
                                   : launch<down<16, __half>>(grid, Ring<16, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p);
+}
+
+namespace fp8_decode {
+
+template <int kN, class Occ, class T>
+int launch_mlp(bool tanh, int blocks, cudaStream_t s, const CUtensorMap& g, const CUtensorMap& u,
+               const CUtensorMap& x, const CUtensorMap& d, const CUtensorMap& h, const MlpParams& p) {
+  constexpr int smem = Ring<kN, Occ::kStages>::kSmemBytes;
+  const dim3 grid{unsigned(blocks)};
+  return tanh ? launch<mlp<kN, Occ, true, T>>(grid, smem, s, g, u, x, d, h, p)
+              : launch<mlp<kN, Occ, false, T>>(grid, smem, s, g, u, x, d, h, p);
+}
+
+}  // namespace fp8_decode
+
+extern "C" int geglu_fp8_decode_mlp(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
+                                    const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
+                                    void* hq, float* sh, int64_t ld_sh, const void* wd, const float* sd, int64_t N,
+                                    const void* residual, void* out, int dtype, int approximate, void* workspace,
+                                    void* stream) {
+  using namespace fp8_decode;
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(H) || !size_ok(N) || !ld_ok(ld_sx, M) ||
+      !ld_ok(ld_sh, M) || ld_sx % 4 != 0 || ld_sh % 4 != 0) {
+    return GEGLU_SM90_ERR_SHAPE;
+  }
+  if (!aligned16(xq) || !aligned16(wg) || !aligned16(wu) || !aligned16(wd) || !aligned16(workspace) ||
+      !aligned16(hq) || !aligned16(sx) || !aligned16(sh) || !aligned4(sg) || !aligned4(su) || !aligned4(sd) ||
+      out == nullptr || (reinterpret_cast<uintptr_t>(out) & 1u) || (reinterpret_cast<uintptr_t>(residual) & 1u)) {
+    return GEGLU_SM90_ERR_ALIGN;
+  }
+  int device = 0;
+  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  if (M == 0) return GEGLU_SM90_OK;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int n = M <= 8 ? 8 : 16;
+  CUtensorMap map_g, map_u, map_x, map_d, map_h;
+  if (encode_tiled(&map_g, wg, K, H, kBoxRows) != CUDA_SUCCESS ||
+      encode_tiled(&map_u, wu, K, H, kBoxRows) != CUDA_SUCCESS || encode_tiled(&map_x, xq, K, M, n) != CUDA_SUCCESS ||
+      encode_tiled(&map_d, wd, H, N, kBoxRows) != CUDA_SUCCESS || encode_tiled(&map_h, hq, H, M, n) != CUDA_SUCCESS) {
+    return GEGLU_SM90_ERR_CUDA;
+  }
+  const DownGrid g = down_grid(H, N, info->sm_count);
+  MlpParams p = {};
+  p.x_blocks = int(K / kBlock), p.h_blocks = int(H / kBlock), p.split_blocks = g.split_blocks;
+  p.gate_up_items = int(H / kBoxRows), p.down_tiles = g.tiles, p.splits = g.splits;
+  p.items = p.gate_up_items + g.tiles * g.splits;
+  p.M = int(M), p.H = H, p.N = N;
+  p.sx = sx, p.ld_sx = ld_sx, p.sg = sg, p.su = su, p.sd = sd;
+  p.h = static_cast<float*>(workspace), p.hq = static_cast<uint8_t*>(hq), p.sh = sh, p.ld_sh = ld_sh;
+  p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + h_bytes(M, H));
+  p.residual = residual, p.out = out;
+  int* counters = tile_counters::get(device, s, 2 + 2 * (H / kBlock) + g.tiles);
+  if (counters == nullptr) return GEGLU_SM90_ERR_CUDA;
+  p.claims = counters, p.group_count = counters + 2, p.group_ready = p.group_count + H / kBlock;
+  p.tile_count = p.group_ready + H / kBlock;
+#ifndef GEGLU_FP8_MLP_BLOCKS_PER_SM
+#define GEGLU_FP8_MLP_BLOCKS_PER_SM 2
+#endif
+  using Occ = std::conditional_t<GEGLU_FP8_MLP_BLOCKS_PER_SM == 3, ThreePerSm, TwoPerSm>;
+  const int blocks = std::min(p.items, Occ::kBlocksPerSm * info->sm_count);
+  const bool tanh = approximate != 0, bf16 = dtype == GEGLU_SM90_BF16;
+  if (n == 8) {
+    return bf16 ? launch_mlp<8, Occ, __nv_bfloat16>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p)
+                : launch_mlp<8, Occ, __half>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p);
+  }
+  return bf16 ? launch_mlp<16, Occ, __nv_bfloat16>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p)
+              : launch_mlp<16, Occ, __half>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p);
 }
