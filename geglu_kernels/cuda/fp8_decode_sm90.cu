@@ -166,8 +166,29 @@ __device__ __forceinline__ int acc_row(int i) {
 }
 __device__ __forceinline__ int acc_token(int i) { return 8 * (i / 4) + 2 * (threadIdx.x % 4) + i % 2; }
 
+#ifdef GEGLU_FP8_TIMELINE
+// Diagnostics (tools build only): per block of each kernel, %globaltimer at entry, at its
+// first full stage and at its end, and its SM.
+__device__ unsigned long long g_timeline[2][4096][4];
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned smid() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %smid;" : "=r"(r));
+  return r;
+}
+#define TIMELINE(kernel, slot) \
+  if (threadIdx.x == 0) g_timeline[kernel][blockIdx.y * gridDim.x + blockIdx.x][slot] = (slot) == 3 ? smid() : now_ns()
+#else
+#define TIMELINE(kernel, slot)
+#endif
+
 // What a block streams: its two boxes' weight rows, its K blocks and their scales.
 struct GateUpTile {
+  static constexpr int kId = 0;
   // Box 0: gate rows 64 b..; box 1: the same up rows; all of K.
   __device__ static int row(int) { return kBoxRows * int(blockIdx.x); }
   __device__ static int first_block(const Params&) { return 0; }
@@ -177,6 +198,7 @@ struct GateUpTile {
   }
 };
 struct DownTile {
+  static constexpr int kId = 1;
   // Box 0: rows 128 b.., box 1 the next 64; K blocks of split blockIdx.y.
   __device__ static int row(int box) { return 2 * kBoxRows * int(blockIdx.x) + kBoxRows * box; }
   __device__ static int first_block(const Params& p) { return int(blockIdx.y) * p.split_blocks; }
@@ -210,6 +232,8 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
   }
   __syncthreads();
   allow_next_kernel();
+  TIMELINE(Tile::kId, 0);
+  TIMELINE(Tile::kId, 3);
 
   if (warp == kConsumerThreads / 32) {  // the producer
     if (lane != 0) return;
@@ -273,6 +297,7 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
     const Scales cur = next;
     if (i + 1 < blocks) load_scales(i + 1, next);
     mbar_wait(&full[i % kStages], (i / kStages) & 1);
+    if (i == 0) TIMELINE(Tile::kId, 1);
     const unsigned char* stage = ring + (i % kStages) * S::kStageBytes;
     const uint64_t a0 = sw128_desc(stage), a1 = sw128_desc(stage + kBoxBytes);
     const uint64_t b = sw128_desc(stage + S::kTokensOffset);
@@ -297,6 +322,7 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
     }
   }
   epilogue(acc);
+  TIMELINE(Tile::kId, 2);
 }
 
 // h = gelu(gate) * up for the block's 64 columns; the second block of each 128-column
@@ -408,7 +434,8 @@ struct MlpParams {
   int x_blocks;      // K / 128: a gate/up item's depth
   int h_blocks;      // H / 128
   int split_blocks;  // a down item's depth (the last split may be shorter)
-  int gate_up_items;  // H / 64
+  int gate_up_items;  // H / 64 tiles x gu_chunks
+  int gu_chunks, gu_chunk_blocks;  // a gate/up tile's K chunks
   int down_tiles;     // N / 128
   int splits;
   int items;
@@ -422,12 +449,14 @@ struct MlpParams {
   float* sh;
   int64_t ld_sh;
   float* partials;
+  float* gu_partials;  // [H / 64, gu_chunks, M, 128]: a chunk's gate (0..63) and up (64..127) sums
   const void* residual;
   void* out;
   int* claims;       // [0]: the next item, [1]: producers done
   int* group_count;  // [H / 128]: gate/up tiles done per h group
   int* group_ready;  // [H / 128]: h group quantized
   int* tile_count;   // [N / 128]: down splits done per row tile
+  int* chunk_count;  // [H / 64]: gate/up chunks done per tile
 };
 
 struct Item {
@@ -441,10 +470,11 @@ __device__ __forceinline__ Item item_of(const MlpParams& p, int id) {
   Item it;
   it.down = id >= p.gate_up_items;
   if (!it.down) {
-    it.row0 = it.row1 = kBoxRows * id;
-    it.kb0 = 0, it.blocks = p.x_blocks;
+    it.tile = id / p.gu_chunks, it.split = id % p.gu_chunks;
+    it.row0 = it.row1 = kBoxRows * it.tile;
+    it.kb0 = it.split * p.gu_chunk_blocks;
+    it.blocks = min(p.gu_chunk_blocks, p.x_blocks - it.kb0);
     it.scale_row = it.row0 / kBlock;
-    it.split = it.tile = 0;
   } else {
     const int j = id - p.gate_up_items;
     it.split = j / p.down_tiles, it.tile = j % p.down_tiles;
@@ -607,7 +637,46 @@ __global__ void __launch_bounds__(kThreads, Occ::kBlocksPerSm)
         acc[1][r] = fmaf(part[1][r], w1 * xs, acc[1][r]);
       }
     }
-    if (!it.down) {
+    bool whole = true;  // acc holds the tile's sums over all of K
+    if (!it.down && p.gu_chunks > 1) {
+      // The chunk's sums to the workspace; the tile's last chunk adds them up in order.
+      float* part = p.gu_partials + (int64_t(it.tile) * p.gu_chunks + it.split) * p.M * 128;
+#pragma unroll
+      for (int box = 0; box < 2; ++box) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          const int token = acc_token(r);
+          if (token < p.M) __stcg(part + token * 128 + kBoxRows * box + acc_row(r), acc[box][r]);
+        }
+      }
+      consumer_sync();
+      if (t == 0) {
+        __threadfence();
+        last = atomicAdd(p.chunk_count + it.tile, 1) == p.gu_chunks - 1;
+      }
+      consumer_sync();
+      whole = last;
+      if (whole) {
+        __threadfence();
+        if (t == 0) p.chunk_count[it.tile] = 0;
+        const float* first = p.gu_partials + int64_t(it.tile) * p.gu_chunks * p.M * 128;
+#pragma unroll
+        for (int box = 0; box < 2; ++box) {
+#pragma unroll
+          for (int r = 0; r < kR; ++r) {
+            const int token = acc_token(r);
+            float sum = 0.0f;
+            if (token < p.M) {
+              for (int c = 0; c < p.gu_chunks; ++c) {
+                sum += __ldcg(first + (int64_t(c) * p.M + token) * 128 + kBoxRows * box + acc_row(r));
+              }
+            }
+            acc[box][r] = sum;
+          }
+        }
+      }
+    }
+    if (!it.down && whole) {
       // h = gelu(gate) * up; the second tile of the 128-column group quantizes it.
       const int64_t n0 = it.row0;
 #pragma unroll
@@ -652,7 +721,7 @@ __global__ void __launch_bounds__(kThreads, Occ::kBlocksPerSm)
           store_release(p.group_ready + group, 1);
         }
       }
-    } else {
+    } else if (it.down) {
       // The split's sums to the workspace; the last split of the row tile adds them up in
       // split order with the residual.
       const int64_t N = p.N, n0 = it.row0;
@@ -740,6 +809,35 @@ DownGrid down_grid(int64_t H, int64_t N, int sm_count) {
 
 int64_t h_bytes(int64_t M, int64_t H) { return (M * H * 4 + 15) / 16 * 16; }
 
+#ifndef GEGLU_FP8_MLP_BLOCKS_PER_SM
+#define GEGLU_FP8_MLP_BLOCKS_PER_SM 2
+#endif
+#ifndef GEGLU_FP8_MLP_ITEMS_PER_BLOCK
+#define GEGLU_FP8_MLP_ITEMS_PER_BLOCK 8
+#endif
+// The one-kernel MLP's items: K chunks of about equal weight bytes, some
+// GEGLU_FP8_MLP_ITEMS_PER_BLOCK per block, so that the blocks' unequal rates even out.
+struct MlpPlan {
+  int blocks, chunk, gu_chunks, splits;
+};
+MlpPlan mlp_plan(int64_t K, int64_t H, int64_t N, int sm_count) {
+  const int64_t x_blocks = K / kBlock, h_blocks = H / kBlock;
+  const int64_t stages = (H / kBoxRows) * x_blocks + (N / (2 * kBoxRows)) * h_blocks;
+  MlpPlan plan;
+  plan.blocks = GEGLU_FP8_MLP_BLOCKS_PER_SM * sm_count;
+  int64_t chunk = (stages + int64_t(GEGLU_FP8_MLP_ITEMS_PER_BLOCK) * plan.blocks - 1) /
+                  (int64_t(GEGLU_FP8_MLP_ITEMS_PER_BLOCK) * plan.blocks);
+  chunk = chunk < 2 ? 2 : chunk;
+  plan.chunk = int(chunk);
+  plan.gu_chunks = int((x_blocks + chunk - 1) / chunk);
+  plan.splits = int((h_blocks + chunk - 1) / chunk);
+  return plan;
+}
+int64_t mlp_workspace_bytes(int64_t M, int64_t K, int64_t H, int64_t N, int sm_count) {
+  const MlpPlan plan = mlp_plan(K, H, N, sm_count);
+  return h_bytes(M, H) + int64_t(plan.splits) * M * N * 4 + (H / kBoxRows) * plan.gu_chunks * M * 128 * 4;
+}
+
 // One block of kThreads per grid cell, as a programmatic dependent of the stream's last
 // kernel; the first call of each kernel sets its shared-memory size.
 template <auto kKernel, class... Args>
@@ -794,7 +892,9 @@ extern "C" int64_t geglu_fp8_decode_workspace_bytes(int64_t M, int64_t H, int64_
   const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr || M <= 0 || !size_ok(H) || !size_ok(N)) return 0;
   const DownGrid grid = down_grid(H, N, info->sm_count);
-  return h_bytes(M, H) + int64_t(grid.splits) * M * N * 4;
+  const int64_t two = h_bytes(M, H) + int64_t(grid.splits) * M * N * 4;
+  const int64_t one = mlp_workspace_bytes(M, N, H, N, info->sm_count);  // (experiment: an MLP, K = N)
+  return two > one ? two : one;
 }
 
 extern "C" int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
@@ -923,25 +1023,25 @@ extern "C" int geglu_fp8_decode_mlp(const void* xq, const float* sx, int64_t ld_
       encode_tiled(&map_d, wd, H, N, kBoxRows) != CUDA_SUCCESS || encode_tiled(&map_h, hq, H, M, n) != CUDA_SUCCESS) {
     return GEGLU_SM90_ERR_CUDA;
   }
-  const DownGrid g = down_grid(H, N, info->sm_count);
+  const MlpPlan plan = mlp_plan(K, H, N, info->sm_count);
   MlpParams p = {};
-  p.x_blocks = int(K / kBlock), p.h_blocks = int(H / kBlock), p.split_blocks = g.split_blocks;
-  p.gate_up_items = int(H / kBoxRows), p.down_tiles = g.tiles, p.splits = g.splits;
-  p.items = p.gate_up_items + g.tiles * g.splits;
+  p.x_blocks = int(K / kBlock), p.h_blocks = int(H / kBlock), p.split_blocks = plan.chunk;
+  p.gu_chunks = plan.gu_chunks, p.gu_chunk_blocks = plan.chunk;
+  p.gate_up_items = int(H / kBoxRows) * plan.gu_chunks, p.down_tiles = int(N / (2 * kBoxRows)), p.splits = plan.splits;
+  p.items = p.gate_up_items + p.down_tiles * p.splits;
   p.M = int(M), p.H = H, p.N = N;
   p.sx = sx, p.ld_sx = ld_sx, p.sg = sg, p.su = su, p.sd = sd;
   p.h = static_cast<float*>(workspace), p.hq = static_cast<uint8_t*>(hq), p.sh = sh, p.ld_sh = ld_sh;
   p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + h_bytes(M, H));
+  p.gu_partials = p.partials + int64_t(plan.splits) * M * N;
   p.residual = residual, p.out = out;
-  int* counters = tile_counters::get(device, s, 2 + 2 * (H / kBlock) + g.tiles);
+  int* counters = tile_counters::get(device, s, 2 + 2 * (H / kBlock) + p.down_tiles + H / kBoxRows);
   if (counters == nullptr) return GEGLU_SM90_ERR_CUDA;
   p.claims = counters, p.group_count = counters + 2, p.group_ready = p.group_count + H / kBlock;
   p.tile_count = p.group_ready + H / kBlock;
-#ifndef GEGLU_FP8_MLP_BLOCKS_PER_SM
-#define GEGLU_FP8_MLP_BLOCKS_PER_SM 2
-#endif
+  p.chunk_count = p.tile_count + p.down_tiles;
   using Occ = std::conditional_t<GEGLU_FP8_MLP_BLOCKS_PER_SM == 3, ThreePerSm, TwoPerSm>;
-  const int blocks = std::min(p.items, Occ::kBlocksPerSm * info->sm_count);
+  const int blocks = std::min(p.items, plan.blocks);
   const bool tanh = approximate != 0, bf16 = dtype == GEGLU_SM90_BF16;
   if (n == 8) {
     return bf16 ? launch_mlp<8, Occ, __nv_bfloat16>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p)
@@ -950,3 +1050,9 @@ extern "C" int geglu_fp8_decode_mlp(const void* xq, const float* sx, int64_t ld_
   return bf16 ? launch_mlp<16, Occ, __nv_bfloat16>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p)
               : launch_mlp<16, Occ, __half>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p);
 }
+
+#ifdef GEGLU_FP8_TIMELINE
+extern "C" int geglu_fp8_timeline(void* dst) {
+  return int(cudaMemcpyFromSymbol(dst, fp8_decode::g_timeline, sizeof(fp8_decode::g_timeline)));
+}
+#endif
