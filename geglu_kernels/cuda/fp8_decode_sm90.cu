@@ -36,9 +36,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <algorithm>
 #include <mutex>
-#include <type_traits>
 
 #include "bulk_copy_ring.cuh"
 #include "fp8_convert.cuh"
@@ -166,29 +164,8 @@ __device__ __forceinline__ int acc_row(int i) {
 }
 __device__ __forceinline__ int acc_token(int i) { return 8 * (i / 4) + 2 * (threadIdx.x % 4) + i % 2; }
 
-#ifdef GEGLU_FP8_TIMELINE
-// Diagnostics (tools build only): per block of each kernel, %globaltimer at entry, at its
-// first full stage and at its end, and its SM.
-__device__ unsigned long long g_timeline[2][4096][4];
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned smid() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %smid;" : "=r"(r));
-  return r;
-}
-#define TIMELINE(kernel, slot) \
-  if (threadIdx.x == 0) g_timeline[kernel][blockIdx.y * gridDim.x + blockIdx.x][slot] = (slot) == 3 ? smid() : now_ns()
-#else
-#define TIMELINE(kernel, slot)
-#endif
-
 // What a block streams: its two boxes' weight rows, its K blocks and their scales.
 struct GateUpTile {
-  static constexpr int kId = 0;
   // Box 0: gate rows 64 b..; box 1: the same up rows; all of K.
   __device__ static int row(int) { return kBoxRows * int(blockIdx.x); }
   __device__ static int first_block(const Params&) { return 0; }
@@ -198,7 +175,6 @@ struct GateUpTile {
   }
 };
 struct DownTile {
-  static constexpr int kId = 1;
   // Box 0: rows 128 b.., box 1 the next 64; K blocks of split blockIdx.y.
   __device__ static int row(int box) { return 2 * kBoxRows * int(blockIdx.x) + kBoxRows * box; }
   __device__ static int first_block(const Params& p) { return int(blockIdx.y) * p.split_blocks; }
@@ -232,8 +208,6 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
   }
   __syncthreads();
   allow_next_kernel();
-  TIMELINE(Tile::kId, 0);
-  TIMELINE(Tile::kId, 3);
 
   if (warp == kConsumerThreads / 32) {  // the producer
     if (lane != 0) return;
@@ -297,7 +271,6 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
     const Scales cur = next;
     if (i + 1 < blocks) load_scales(i + 1, next);
     mbar_wait(&full[i % kStages], (i / kStages) & 1);
-    if (i == 0) TIMELINE(Tile::kId, 1);
     const unsigned char* stage = ring + (i % kStages) * S::kStageBytes;
     const uint64_t a0 = sw128_desc(stage), a1 = sw128_desc(stage + kBoxBytes);
     const uint64_t b = sw128_desc(stage + S::kTokensOffset);
@@ -322,7 +295,6 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
     }
   }
   epilogue(acc);
-  TIMELINE(Tile::kId, 2);
 }
 
 // h = gelu(gate) * up for the block's 64 columns; the second block of each 128-column
@@ -421,349 +393,6 @@ __global__ void __launch_bounds__(kThreads, TwoPerSm::kBlocksPerSm)
   });
 }
 
-// ---- Both GEMMs in one persistent kernel -------------------------------------------------
-// Work items, claimed in order from one counter: first the gate/up tiles (64 columns of h
-// over all of K), then the down projection's (row tile, split) items, split-major. A
-// block's producer claims the next item as soon as its last weights are issued, so the
-// down's weights (which nothing writes) stream while the gate/up's last tiles finish; only
-// the tokens box of a down stage (h's e4m3 rows) and its scales wait for that K block's h
-// group (group_ready, set by the block that quantized it). Every gate/up item is claimed
-// before any down item and never waits, so the kernel cannot deadlock whichever blocks
-// are resident.
-struct MlpParams {
-  int x_blocks;      // K / 128: a gate/up item's depth
-  int h_blocks;      // H / 128
-  int split_blocks;  // a down item's depth (the last split may be shorter)
-  int gate_up_items;  // H / 64 tiles x gu_chunks
-  int gu_chunks, gu_chunk_blocks;  // a gate/up tile's K chunks
-  int down_tiles;     // N / 128
-  int splits;
-  int items;
-  int M;
-  int64_t H, N;
-  const float* sx;
-  int64_t ld_sx;
-  const float *sg, *su, *sd;
-  float* h;
-  uint8_t* hq;
-  float* sh;
-  int64_t ld_sh;
-  float* partials;
-  float* gu_partials;  // [H / 64, gu_chunks, M, 128]: a chunk's gate (0..63) and up (64..127) sums
-  const void* residual;
-  void* out;
-  int* claims;       // [0]: the next item, [1]: producers done
-  int* group_count;  // [H / 128]: gate/up tiles done per h group
-  int* group_ready;  // [H / 128]: h group quantized
-  int* tile_count;   // [N / 128]: down splits done per row tile
-  int* chunk_count;  // [H / 64]: gate/up chunks done per tile
-};
-
-struct Item {
-  bool down;
-  int row0, row1;  // the two boxes' first weight rows
-  int kb0, blocks;  // its K blocks
-  int scale_row;    // its weight scales' block row
-  int split, tile;  // down only
-};
-__device__ __forceinline__ Item item_of(const MlpParams& p, int id) {
-  Item it;
-  it.down = id >= p.gate_up_items;
-  if (!it.down) {
-    it.tile = id / p.gu_chunks, it.split = id % p.gu_chunks;
-    it.row0 = it.row1 = kBoxRows * it.tile;
-    it.kb0 = it.split * p.gu_chunk_blocks;
-    it.blocks = min(p.gu_chunk_blocks, p.x_blocks - it.kb0);
-    it.scale_row = it.row0 / kBlock;
-  } else {
-    const int j = id - p.gate_up_items;
-    it.split = j / p.down_tiles, it.tile = j % p.down_tiles;
-    it.row0 = 2 * kBoxRows * it.tile, it.row1 = it.row0 + kBoxRows;
-    it.kb0 = it.split * p.split_blocks;
-    it.blocks = min(p.split_blocks, p.h_blocks - it.kb0);
-    it.scale_row = it.tile;
-  }
-  return it;
-}
-
-__device__ __forceinline__ int load_acquire(const int* flag) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_release(int* flag, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
-}
-__device__ __forceinline__ bool mbar_test(uint64_t* bar, int parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
-template <int kN, class Occ, bool kTanh, class T>
-__global__ void __launch_bounds__(kThreads, Occ::kBlocksPerSm)
-    mlp(const __grid_constant__ CUtensorMap wg, const __grid_constant__ CUtensorMap wu,
-        const __grid_constant__ CUtensorMap xq, const __grid_constant__ CUtensorMap wd,
-        const __grid_constant__ CUtensorMap hq, const MlpParams p) {
-  constexpr int kStages = Occ::kStages;
-  using S = Ring<kN, kStages>;
-  extern __shared__ unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
-  __shared__ int stage_item[kStages], stage_block[kStages];
-  __shared__ __align__(16) float stage_scales[kStages][kN];  // the tokens' scales of the stage's K block
-  __shared__ bool last;
-  unsigned char* ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint32_t scale_bytes = uint32_t((p.M * 4 + 15) / 16 * 16);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      mbar_init(&full[i], 1);
-      mbar_init(&empty[i], kConsumerThreads / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-  allow_next_kernel();
-
-  if (warp == kConsumerThreads / 32) {  // the producer: weights run ahead, tokens when ready
-    if (lane != 0) return;
-    const CUtensorMap* maps[5] = {&wg, &wu, &xq, &wd, &hq};
-#pragma unroll
-    for (int i = 0; i < 5; ++i) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(maps[i])) : "memory");
-    }
-    const uint64_t weights = l2_policy(true), tokens = l2_policy(false);
-    int id = atomicAdd(p.claims, 1);
-    Item cur = item_of(p, id);
-    int cur_block = 0, w = 0, t = 0;
-    bool claimed = id < p.items, waited = false;
-    while (claimed || t < w) {
-      bool progress = false;
-      if (claimed && (w < kStages || mbar_test(&empty[w % kStages], (w / kStages - 1) & 1))) {
-        const int slot = w % kStages;
-        unsigned char* stage = ring + slot * S::kStageBytes;
-        stage_item[slot] = id, stage_block[slot] = cur_block;
-        const int k = (cur.kb0 + cur_block) * kBlock;
-        mbar_arrive_expect_tx(&full[slot], S::kStageBytes + scale_bytes);
-        tma_load(stage, cur.down ? &wd : &wg, k, cur.row0, &full[slot], weights);
-        tma_load(stage + kBoxBytes, cur.down ? &wd : &wu, k, cur.row1, &full[slot], weights);
-        ++w, progress = true;
-        if (++cur_block == cur.blocks) {
-          id = atomicAdd(p.claims, 1);
-          claimed = id < p.items;
-          if (claimed) cur = item_of(p, id);
-          cur_block = 0;
-        }
-      }
-      if (t < w) {
-        const int slot = t % kStages;
-        const Item it = item_of(p, stage_item[slot]);
-        const int kb = it.kb0 + stage_block[slot];
-        bool ready = true;
-        if (!it.down) {
-          if (!waited) wait_for_previous_kernel();  // x's quantization
-          waited = true;
-        } else {
-          ready = load_acquire(p.group_ready + kb) != 0;
-          if (ready) asm volatile("fence.proxy.async.global;\n" ::: "memory");  // h's bytes to the TMA's reads
-        }
-        if (ready) {
-          tma_load(ring + slot * S::kStageBytes + S::kTokensOffset, it.down ? &hq : &xq, kb * kBlock, 0,
-                   &full[slot], tokens);
-          const float* scales = it.down ? p.sh + kb * p.ld_sh : p.sx + kb * p.ld_sx;
-          bulk_copy(stage_scales[slot], scales, scale_bytes, &full[slot]);
-          ++t, progress = true;
-        }
-      }
-      if (!progress) __nanosleep(64);
-    }
-    // The consumers' end mark, then the last producer out zeroes the claims and flags.
-    if (w >= kStages) mbar_wait(&empty[w % kStages], (w / kStages - 1) & 1);
-    stage_item[w % kStages] = -1;
-    mbar_arrive(&full[w % kStages]);
-    if (atomicAdd(p.claims + 1, 1) == int(gridDim.x) - 1) {
-      for (int g = 0; g < p.h_blocks; ++g) p.group_ready[g] = 0;
-      p.claims[0] = 0, p.claims[1] = 0;
-    }
-    return;
-  }
-
-  constexpr int kR = kN / 2;
-  constexpr int kTok = kN / 4;
-  int tok[kTok];
-#pragma unroll
-  for (int j = 0; j < kTok; ++j) tok[j] = acc_token(4 * (j / 2) + j % 2);
-  const int t = threadIdx.x;
-  for (int s = 0;;) {
-    mbar_wait(&full[s % kStages], (s / kStages) & 1);
-    const int id = stage_item[s % kStages];
-    if (id < 0) break;
-    const Item it = item_of(p, id);
-    const float* sw0 = (it.down ? p.sd : p.sg) + int64_t(it.scale_row) * (it.down ? p.h_blocks : p.x_blocks) + it.kb0;
-    const float* sw1 = it.down ? sw0 : p.su + int64_t(it.scale_row) * p.x_blocks + it.kb0;
-    float acc[2][kR] = {};
-    // Stage i's weight scales, loaded one stage ahead: their latency then hides under the wait.
-    float next0 = __ldg(sw0), next1 = __ldg(sw1);
-    for (int i = 0; i < it.blocks; ++i, ++s) {
-      const int slot = s % kStages;
-      const float w0 = next0, w1 = next1;
-      if (i + 1 < it.blocks) next0 = __ldg(sw0 + i + 1), next1 = __ldg(sw1 + i + 1);
-      if (i > 0) mbar_wait(&full[slot], (s / kStages) & 1);
-      float x[kTok];
-#pragma unroll
-      for (int j = 0; j < kTok; ++j) x[j] = tok[j] < p.M ? stage_scales[slot][tok[j]] : 0.0f;
-      const unsigned char* stage = ring + slot * S::kStageBytes;
-      const uint64_t a0 = sw128_desc(stage), a1 = sw128_desc(stage + kBoxBytes);
-      const uint64_t b = sw128_desc(stage + S::kTokensOffset);
-      float part[2][kR];
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-      for (int k = 0; k < kBlock / 32; ++k) wgmma<kN>(part[0], a0 + 2 * k, b + 2 * k, k);
-#pragma unroll
-      for (int k = 0; k < kBlock / 32; ++k) wgmma<kN>(part[1], a1 + 2 * k, b + 2 * k, k);
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-      fence_registers(part[0]);
-      fence_registers(part[1]);
-      if (lane == 0) mbar_arrive(&empty[slot]);
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        const float xs = x[2 * (r / 4) + r % 2];
-        acc[0][r] = fmaf(part[0][r], w0 * xs, acc[0][r]);
-        acc[1][r] = fmaf(part[1][r], w1 * xs, acc[1][r]);
-      }
-    }
-    bool whole = true;  // acc holds the tile's sums over all of K
-    if (!it.down && p.gu_chunks > 1) {
-      // The chunk's sums to the workspace; the tile's last chunk adds them up in order.
-      float* part = p.gu_partials + (int64_t(it.tile) * p.gu_chunks + it.split) * p.M * 128;
-#pragma unroll
-      for (int box = 0; box < 2; ++box) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          const int token = acc_token(r);
-          if (token < p.M) __stcg(part + token * 128 + kBoxRows * box + acc_row(r), acc[box][r]);
-        }
-      }
-      consumer_sync();
-      if (t == 0) {
-        __threadfence();
-        last = atomicAdd(p.chunk_count + it.tile, 1) == p.gu_chunks - 1;
-      }
-      consumer_sync();
-      whole = last;
-      if (whole) {
-        __threadfence();
-        if (t == 0) p.chunk_count[it.tile] = 0;
-        const float* first = p.gu_partials + int64_t(it.tile) * p.gu_chunks * p.M * 128;
-#pragma unroll
-        for (int box = 0; box < 2; ++box) {
-#pragma unroll
-          for (int r = 0; r < kR; ++r) {
-            const int token = acc_token(r);
-            float sum = 0.0f;
-            if (token < p.M) {
-              for (int c = 0; c < p.gu_chunks; ++c) {
-                sum += __ldcg(first + (int64_t(c) * p.M + token) * 128 + kBoxRows * box + acc_row(r));
-              }
-            }
-            acc[box][r] = sum;
-          }
-        }
-      }
-    }
-    if (!it.down && whole) {
-      // h = gelu(gate) * up; the second tile of the 128-column group quantizes it.
-      const int64_t n0 = it.row0;
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        const int token = acc_token(r);
-        if (token < p.M) {
-          __stcg(p.h + token * p.H + n0 + acc_row(r), geglu_cuda::gelu_ex2_rcp<kTanh>(acc[0][r]) * acc[1][r]);
-        }
-      }
-      const int group = int(n0 / kBlock);
-      consumer_sync();
-      if (t == 0) {
-        __threadfence();
-        last = atomicAdd(p.group_count + group, 1) == kBlock / kBoxRows - 1;
-      }
-      consumer_sync();
-      if (last) {
-        __threadfence();
-        const int l = t % 16;
-        const int64_t col = int64_t(group) * kBlock + 8 * l;
-        for (int token0 = 0; token0 < p.M; token0 += kConsumerThreads / 16) {
-          const int token = token0 + t / 16;
-          float v[8] = {};
-          float amax = 0.0f;
-          if (token < p.M) {
-            const float4 lo = __ldcg(reinterpret_cast<const float4*>(p.h + token * p.H + col));
-            const float4 hi = __ldcg(reinterpret_cast<const float4*>(p.h + token * p.H + col + 4));
-            v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-          }
-          const float scale = fp8_convert::group_scale(amax);
-          if (token < p.M) {
-            *reinterpret_cast<uint2*>(p.hq + token * p.H + col) = fp8_convert::quantize8(v, scale);
-            if (l == 0) p.sh[group * p.ld_sh + token] = scale;
-          }
-        }
-        __threadfence();
-        consumer_sync();
-        if (t == 0) {
-          p.group_count[group] = 0;
-          store_release(p.group_ready + group, 1);
-        }
-      }
-    } else if (it.down) {
-      // The split's sums to the workspace; the last split of the row tile adds them up in
-      // split order with the residual.
-      const int64_t N = p.N, n0 = it.row0;
-      float* part = p.partials + int64_t(it.split) * p.M * N;
-#pragma unroll
-      for (int box = 0; box < 2; ++box) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          const int token = acc_token(r);
-          if (token < p.M) __stcg(part + token * N + n0 + kBoxRows * box + acc_row(r), acc[box][r]);
-        }
-      }
-      consumer_sync();
-      if (t == 0) {
-        __threadfence();
-        last = atomicAdd(p.tile_count + it.tile, 1) == p.splits - 1;
-      }
-      consumer_sync();
-      if (last) {
-        __threadfence();
-        if (t == 0) p.tile_count[it.tile] = 0;
-        const int64_t col = n0 + 4 * (t % 32);
-        for (int token = t / 32; token < p.M; token += kConsumerThreads / 32) {
-          float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-          for (int sp = 0; sp < p.splits; ++sp) {
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(p.partials + (int64_t(sp) * p.M + token) * N + col));
-            y.x += v.x, y.y += v.y, y.z += v.z, y.w += v.w;
-          }
-          const float sum[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float o = sum[e];
-            if (p.residual) o += geglu_cuda::to_float(static_cast<const T*>(p.residual)[token * N + col + e]);
-            static_cast<T*>(p.out)[token * N + col + e] = geglu_cuda::from_float<T>(o);
-          }
-        }
-      }
-    }
-  }
-}
-
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda), found once.
 CUresult encode_tiled(CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows, uint32_t box_rows) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -798,45 +427,13 @@ struct DownGrid {
 };
 DownGrid down_grid(int64_t H, int64_t N, int sm_count) {
   const int k_blocks = int(H / kBlock), tiles = int(N / (2 * kBoxRows));
-#ifndef GEGLU_FP8_MLP_SPLIT_FACTOR
-#define GEGLU_FP8_MLP_SPLIT_FACTOR 1
-#endif
-  int splits = GEGLU_FP8_MLP_SPLIT_FACTOR * TwoPerSm::kBlocksPerSm * sm_count / tiles;
+  int splits = TwoPerSm::kBlocksPerSm * sm_count / tiles;
   splits = splits < 1 ? 1 : splits > k_blocks ? k_blocks : splits;
   const int split_blocks = (k_blocks + splits - 1) / splits;
   return DownGrid{tiles, (k_blocks + split_blocks - 1) / split_blocks, split_blocks};
 }
 
 int64_t h_bytes(int64_t M, int64_t H) { return (M * H * 4 + 15) / 16 * 16; }
-
-#ifndef GEGLU_FP8_MLP_BLOCKS_PER_SM
-#define GEGLU_FP8_MLP_BLOCKS_PER_SM 2
-#endif
-#ifndef GEGLU_FP8_MLP_ITEMS_PER_BLOCK
-#define GEGLU_FP8_MLP_ITEMS_PER_BLOCK 8
-#endif
-// The one-kernel MLP's items: K chunks of about equal weight bytes, some
-// GEGLU_FP8_MLP_ITEMS_PER_BLOCK per block, so that the blocks' unequal rates even out.
-struct MlpPlan {
-  int blocks, chunk, gu_chunks, splits;
-};
-MlpPlan mlp_plan(int64_t K, int64_t H, int64_t N, int sm_count) {
-  const int64_t x_blocks = K / kBlock, h_blocks = H / kBlock;
-  const int64_t stages = (H / kBoxRows) * x_blocks + (N / (2 * kBoxRows)) * h_blocks;
-  MlpPlan plan;
-  plan.blocks = GEGLU_FP8_MLP_BLOCKS_PER_SM * sm_count;
-  int64_t chunk = (stages + int64_t(GEGLU_FP8_MLP_ITEMS_PER_BLOCK) * plan.blocks - 1) /
-                  (int64_t(GEGLU_FP8_MLP_ITEMS_PER_BLOCK) * plan.blocks);
-  chunk = chunk < 2 ? 2 : chunk;
-  plan.chunk = int(chunk);
-  plan.gu_chunks = int((x_blocks + chunk - 1) / chunk);
-  plan.splits = int((h_blocks + chunk - 1) / chunk);
-  return plan;
-}
-int64_t mlp_workspace_bytes(int64_t M, int64_t K, int64_t H, int64_t N, int sm_count) {
-  const MlpPlan plan = mlp_plan(K, H, N, sm_count);
-  return h_bytes(M, H) + int64_t(plan.splits) * M * N * 4 + (H / kBoxRows) * plan.gu_chunks * M * 128 * 4;
-}
 
 // One block of kThreads per grid cell, as a programmatic dependent of the stream's last
 // kernel; the first call of each kernel sets its shared-memory size.
@@ -892,9 +489,7 @@ extern "C" int64_t geglu_fp8_decode_workspace_bytes(int64_t M, int64_t H, int64_
   const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr || M <= 0 || !size_ok(H) || !size_ok(N)) return 0;
   const DownGrid grid = down_grid(H, N, info->sm_count);
-  const int64_t two = h_bytes(M, H) + int64_t(grid.splits) * M * N * 4;
-  const int64_t one = mlp_workspace_bytes(M, N, H, N, info->sm_count);  // (experiment: an MLP, K = N)
-  return two > one ? two : one;
+  return h_bytes(M, H) + int64_t(grid.splits) * M * N * 4;
 }
 
 extern "C" int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
@@ -981,78 +576,3 @@ extern "C" int geglu_fp8_decode_down(const void* hq, const float* sh, int64_t ld
   return dtype == GEGLU_SM90_BF16 ? launch<down<16, __nv_bfloat16>>(grid, Ring<16, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p)
                                   : launch<down<16, __half>>(grid, Ring<16, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p);
 }
-
-namespace fp8_decode {
-
-template <int kN, class Occ, class T>
-int launch_mlp(bool tanh, int blocks, cudaStream_t s, const CUtensorMap& g, const CUtensorMap& u,
-               const CUtensorMap& x, const CUtensorMap& d, const CUtensorMap& h, const MlpParams& p) {
-  constexpr int smem = Ring<kN, Occ::kStages>::kSmemBytes;
-  const dim3 grid{unsigned(blocks)};
-  return tanh ? launch<mlp<kN, Occ, true, T>>(grid, smem, s, g, u, x, d, h, p)
-              : launch<mlp<kN, Occ, false, T>>(grid, smem, s, g, u, x, d, h, p);
-}
-
-}  // namespace fp8_decode
-
-extern "C" int geglu_fp8_decode_mlp(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
-                                    const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
-                                    void* hq, float* sh, int64_t ld_sh, const void* wd, const float* sd, int64_t N,
-                                    const void* residual, void* out, int dtype, int approximate, void* workspace,
-                                    void* stream) {
-  using namespace fp8_decode;
-  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
-  if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(H) || !size_ok(N) || !ld_ok(ld_sx, M) ||
-      !ld_ok(ld_sh, M) || ld_sx % 4 != 0 || ld_sh % 4 != 0) {
-    return GEGLU_SM90_ERR_SHAPE;
-  }
-  if (!aligned16(xq) || !aligned16(wg) || !aligned16(wu) || !aligned16(wd) || !aligned16(workspace) ||
-      !aligned16(hq) || !aligned16(sx) || !aligned16(sh) || !aligned4(sg) || !aligned4(su) || !aligned4(sd) ||
-      out == nullptr || (reinterpret_cast<uintptr_t>(out) & 1u) || (reinterpret_cast<uintptr_t>(residual) & 1u)) {
-    return GEGLU_SM90_ERR_ALIGN;
-  }
-  int device = 0;
-  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
-  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
-  if (M == 0) return GEGLU_SM90_OK;
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int n = M <= 8 ? 8 : 16;
-  CUtensorMap map_g, map_u, map_x, map_d, map_h;
-  if (encode_tiled(&map_g, wg, K, H, kBoxRows) != CUDA_SUCCESS ||
-      encode_tiled(&map_u, wu, K, H, kBoxRows) != CUDA_SUCCESS || encode_tiled(&map_x, xq, K, M, n) != CUDA_SUCCESS ||
-      encode_tiled(&map_d, wd, H, N, kBoxRows) != CUDA_SUCCESS || encode_tiled(&map_h, hq, H, M, n) != CUDA_SUCCESS) {
-    return GEGLU_SM90_ERR_CUDA;
-  }
-  const MlpPlan plan = mlp_plan(K, H, N, info->sm_count);
-  MlpParams p = {};
-  p.x_blocks = int(K / kBlock), p.h_blocks = int(H / kBlock), p.split_blocks = plan.chunk;
-  p.gu_chunks = plan.gu_chunks, p.gu_chunk_blocks = plan.chunk;
-  p.gate_up_items = int(H / kBoxRows) * plan.gu_chunks, p.down_tiles = int(N / (2 * kBoxRows)), p.splits = plan.splits;
-  p.items = p.gate_up_items + p.down_tiles * p.splits;
-  p.M = int(M), p.H = H, p.N = N;
-  p.sx = sx, p.ld_sx = ld_sx, p.sg = sg, p.su = su, p.sd = sd;
-  p.h = static_cast<float*>(workspace), p.hq = static_cast<uint8_t*>(hq), p.sh = sh, p.ld_sh = ld_sh;
-  p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + h_bytes(M, H));
-  p.gu_partials = p.partials + int64_t(plan.splits) * M * N;
-  p.residual = residual, p.out = out;
-  int* counters = tile_counters::get(device, s, 2 + 2 * (H / kBlock) + p.down_tiles + H / kBoxRows);
-  if (counters == nullptr) return GEGLU_SM90_ERR_CUDA;
-  p.claims = counters, p.group_count = counters + 2, p.group_ready = p.group_count + H / kBlock;
-  p.tile_count = p.group_ready + H / kBlock;
-  p.chunk_count = p.tile_count + p.down_tiles;
-  using Occ = std::conditional_t<GEGLU_FP8_MLP_BLOCKS_PER_SM == 3, ThreePerSm, TwoPerSm>;
-  const int blocks = std::min(p.items, plan.blocks);
-  const bool tanh = approximate != 0, bf16 = dtype == GEGLU_SM90_BF16;
-  if (n == 8) {
-    return bf16 ? launch_mlp<8, Occ, __nv_bfloat16>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p)
-                : launch_mlp<8, Occ, __half>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p);
-  }
-  return bf16 ? launch_mlp<16, Occ, __nv_bfloat16>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p)
-              : launch_mlp<16, Occ, __half>(tanh, blocks, s, map_g, map_u, map_x, map_d, map_h, p);
-}
-
-#ifdef GEGLU_FP8_TIMELINE
-extern "C" int geglu_fp8_timeline(void* dst) {
-  return int(cudaMemcpyFromSymbol(dst, fp8_decode::g_timeline, sizeof(fp8_decode::g_timeline)));
-}
-#endif

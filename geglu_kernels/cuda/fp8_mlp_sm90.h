@@ -65,10 +65,4 @@ int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t ld_sx, int
 int geglu_fp8_decode_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
                           const void* wd, const float* sd, int64_t N, const void* residual, void* out,
                           int dtype, void* workspace, void* stream);
-// Both at once, in one persistent kernel (sx and sh 16-byte aligned, ld_sx and ld_sh
-// multiples of 4).
-int geglu_fp8_decode_mlp(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K, const void* wg,
-                         const float* sg, const void* wu, const float* su, int64_t H, void* hq, float* sh,
-                         int64_t ld_sh, const void* wd, const float* sd, int64_t N, const void* residual, void* out,
-                         int dtype, int approximate, void* workspace, void* stream);
 GEGLU_SM90_END_C_DECLS
