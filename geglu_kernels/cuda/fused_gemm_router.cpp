@@ -302,8 +302,8 @@ OptTensor fused_small_batch_mlp(const Tensor &x, const Tensor &w_gate, const Ten
 bool fp8_mlp_served(const Tensor &x) { return is_sm90(x); }
 
 // The FP8 decode kernels lead the block-scaled GEMMs at every token count they serve
-// (2026-11-27, us: H100 Gemma-7B 112.5 / 111.4 against 123.7 / 123.3 at 1 / 16 tokens,
-// Gemma-2B 52.8 / 56.2 against 79.5 / 79.3; H200 80.2 / 81.9 against 112.3 / 102.6;
+// (2026-11-27, us: H100 Gemma-7B 97.2 / 103.1 against 123.6 / 123.0 at 1 / 16 tokens,
+// Gemma-2B 48.8 / 55.1 against 79.6 / 79.5; H200 71.3 / 77.6 against 112.3 / 104.6;
 // docs/DESIGN.md, "The FP8 decode kernels").
 constexpr int64_t kFp8DecodeTokens = GEGLU_FP8_DECODE_MAX_M;
 
