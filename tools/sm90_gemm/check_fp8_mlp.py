@@ -377,8 +377,9 @@ def back_to_back_us(fn, calls=50):
 def decode_timings(M, d, H):
     """The decode kernels, the GEMM route and a copy of the same bytes timed three ways:
     do_bench (its L2 flush writes 256 MB, so the kernel starts with the L2 full of dirty
-    lines to write back), after a clean flush, and back to back. (clean64: after a 64 MB read, ~20 us of GPU work, which
-    the host's ctypes call path outlasts: the host's time, not the kernels'.)"""
+    lines to write back), after a clean flush, and back to back. (clean64: after a 64 MB
+    read, ~20 us of GPU work, which the host's ctypes call path outlasts: the host's time,
+    not the kernels'.)"""
     from triton.testing import do_bench
 
     m = Fp8Mlp(M, d, H)
@@ -393,7 +394,8 @@ def decode_timings(M, d, H):
         torch.cuda.synchronize()
         rows[name] = dict(do_bench=do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3,
                           clean=cold_us(fn), clean64=cold_us(fn, flush_mb=64), back_to_back=back_to_back_us(fn))
-    share = {"copy of the weights' bytes": 1.0, "decode route": 1.0, "decode: gate/up": 2 / 3, "decode: down": 1 / 3, "GEMM route": 1.0}
+    share = {"copy of the weights' bytes": 1.0, "decode route": 1.0, "decode: gate/up": 2 / 3,
+             "decode: down": 1 / 3, "GEMM route": 1.0}
     log(f"timings M={M} d={d} H={H}, floor {floor:.1f} us: " + "; ".join(
         f"{k}: " + ", ".join(f"{t} {v:.1f} ({v / (floor * share[k]):.2f}x)" for t, v in r.items())
         for k, r in rows.items()))
