@@ -9,6 +9,8 @@ runs as:
   fp8 geglu    its MLP projections as FineGrainedFP8 `FP8Linear` modules (e4m3 weights,
                float32 scales per 128x128 block), kernelized: GeGLUMLP runs
                geglu_mlp_fp8 on them in place
+  no MLP       (--bound) the bf16 model with each MLP's output replaced by zeros: what
+               the rest of the model and generate() cost, so the most any MLP could give
 
 On CUDA the FP8 model is the bf16 one saved and reloaded with
 `FineGrainedFP8Config(modules_to_not_convert=...)` quantizing the MLPs only: the
@@ -77,6 +79,19 @@ def swap_in_fp8_mlps(model):
     return model
 
 
+class NoMLP(torch.nn.Module):
+    """An MLP that costs nothing: the bound row's stand-in (one fill kernel)."""
+
+    def forward(self, x):
+        return torch.zeros_like(x)
+
+
+def without_mlps(model):
+    for layer in model.model.layers:
+        layer.mlp = NoMLP()
+    return model
+
+
 def reload_fp8(model):
     """The model saved and reloaded with FineGrainedFP8Config quantizing its MLPs."""
     from transformers import AutoModelForCausalLM, FineGrainedFP8Config
@@ -101,8 +116,10 @@ def make_rows(base, args):
     if n_fp8 != 3 * args.layers:
         raise RuntimeError(f"{n_fp8} FP8Linear modules, expected {3 * args.layers} (the MLPs' projections)")
     rows["fp8 geglu"] = example.kernelize_with_geglu(fp8, mode=Mode.INFERENCE, layer=example.local_layer)
+    if getattr(args, "bound", False):
+        rows["no MLP"] = without_mlps(copy.deepcopy(base))
     for name, model in rows.items():
-        if name != "bf16 eager":
+        if name in ("bf16 geglu", "fp8 geglu"):
             swapped = example.count_kernelized(model).get("GeGLUMLP", 0)
             if swapped != args.layers:
                 raise RuntimeError(f"{name}: {swapped} of {args.layers} MLPs kernelized")
@@ -139,6 +156,7 @@ def main() -> int:
     ap.add_argument("--prefill", type=int, default=4096)
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--bound", action="store_true", help="add the 'no MLP' row")
     args = ap.parse_args()
     if args.tiny:
         args.prefill, args.gen_tokens, args.rounds, args.vocab = 64, 4, 1, 512
@@ -146,6 +164,7 @@ def main() -> int:
     size = TINY if args.tiny else SIZES[args.size]
     base = build_model(size, args.layers, args.vocab, args.device, torch.bfloat16)
     rows = make_rows(base, args)
+    names = ROWS + ["no MLP"] * args.bound
     warm, iters = (1, 1) if args.tiny else (3, 10)
     results = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                "torch": torch.__version__, "date": datetime.date.today().isoformat(),
@@ -164,10 +183,10 @@ def main() -> int:
     if args.device == "cuda" and not args.tiny:
         cases.update({"generate b1 static": (1, "static"), "generate b8 static": (8, "static")})
         raise_recompile_limit()
-    samples = {case: {row: [] for row in ROWS} for case in cases}
-    ratios = {case: {row: [] for row in ROWS} for case in cases}
+    samples = {case: {row: [] for row in names} for case in cases}
+    ratios = {case: {row: [] for row in names} for case in cases}
     for r in range(args.rounds):
-        order = ROWS[r % len(ROWS):] + ROWS[:r % len(ROWS)]  # rotated: drift reaches every row
+        order = names[r % len(names):] + names[:r % len(names)]  # rotated: drift reaches every row
         for case, how in cases.items():
             per_round = {}
             for row in order:
@@ -184,7 +203,7 @@ def main() -> int:
                     rate = new.numel() / seconds
                 per_round[row] = rate
                 samples[case][row].append(rate)
-            for row in ROWS:
+            for row in names:
                 ratios[case][row].append(per_round[row] / per_round["bf16 eager"])
     sync(args.device)
     results["tokens_per_s"] = {case: {row: spread(v) for row, v in rs.items()} for case, rs in samples.items()}
@@ -192,10 +211,10 @@ def main() -> int:
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "fp8_models.json").write_text(json.dumps(results, indent=1))
     print(f"\n{results['device']}, {results['size']} x {args.layers} layers, FP8 MLPs by {results['fp8_load']}")
-    print("| case | " + " | ".join(ROWS) + " |")
+    print("| case | " + " | ".join(names) + " |")
     for case in cases:
         cells = [f"{results['tokens_per_s'][case][row]['median']:.0f} tok/s "
-                 f"({results['vs_bf16_eager'][case][row]['median']:.2f}x)" for row in ROWS]
+                 f"({results['vs_bf16_eager'][case][row]['median']:.2f}x)" for row in names]
         print(f"| {case} | " + " | ".join(cells) + " |")
     for name, v in results["logits_vs_bf16_eager"].items():
         print(f"{name} logits vs bf16 eager: rel err {v['rel_err']:.4f}, top-1 agreement {v['top1_agreement']:.3f}")

@@ -69,7 +69,11 @@ def profile_generate(model, prompt, new_tokens):
             per_kind[kind(e.name)] += e.time_range.elapsed_us()
             intervals.append((e.time_range.start, e.time_range.end))
             count += 1
-    return wall, per_kind, busy_us(intervals), count
+    cpu = defaultdict(float)
+    for e in prof.key_averages():
+        if e.self_cpu_time_total > 0:
+            cpu[e.key] += e.self_cpu_time_total
+    return wall, per_kind, busy_us(intervals), count, cpu
 
 
 def main() -> int:
@@ -79,6 +83,7 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--cpu-top", type=int, default=15, help="host ops listed per row")
     args = ap.parse_args()
     args.swap, args.device = False, "cuda"
     os.environ.setdefault("LOCAL_KERNELS", f"org/geglu={REPO}")
@@ -90,11 +95,18 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}, {args.size} x {args.layers} layers, batch {args.batch}, static cache, "
           f"{args.new_tokens} new tokens; us per decode step")
     for name in ("bf16 eager", "fp8 geglu"):
-        wall, per_kind, busy, count = profile_generate(rows[name], prompt, args.new_tokens)
+        torch._dynamo.utils.counters.clear()
+        wall, per_kind, busy, count, cpu = profile_generate(rows[name], prompt, args.new_tokens)
         n = args.new_tokens
         kinds = ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(per_kind.items(), key=lambda kv: -kv[1]))
         print(f"{name}: wall {wall / n:.1f}, GPU busy {busy / n:.1f} ({busy / wall:.0%}), "
               f"{count / n:.0f} kernels; {kinds}")
+        c = torch._dynamo.utils.counters
+        print(f"  compiled graphs {c['stats'].get('unique_graphs', 0)}, graph breaks {sum(c['graph_break'].values())}"
+              + "".join(f"\n    break: {k[:160]} x{v}" for k, v in c["graph_break"].items()))
+        top = sorted(cpu.items(), key=lambda kv: -kv[1])[:args.cpu_top]
+        print("  host (self CPU us per step, under the profiler): "
+              + ", ".join(f"{k} {v / n:.1f}" for k, v in top))
     return 0
 
 

@@ -580,11 +580,13 @@ cuda = pytest.mark.cuda
 
 # (M values, (in, hidden, out)): the big shapes at small M only. At 1-16 tokens the
 # decode kernels run (8-token wgmmas up to 8, 16-token ones above; the down projection's
-# K split unevenly where its 128-blocks do not divide), the GEMMs from 17 on.
+# K split unevenly where its 128-blocks do not divide), the GEMMs from 17 on (the down
+# projection in clusters of two from 2048 output columns on).
 CUDA_GRID = [
     ([1, 4, 5, 7, 16, 17, 64, 129, 1000, 4096], (128, 128, 128)),
     ([1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 64, 129, 1000, 4096], (768, 3072, 768)),
     ([1, 3, 12], (384, 640, 384)),
+    ([129, 1000], (256, 512, 2176)),  # the down projection in clusters of two: 17 tiles, one cluster half out
     ([1, 7, 16], (2048, 16384, 2048)),
     ([1, 16], (3072, 24576, 3072)),
 ]

@@ -7,6 +7,7 @@ tokens the weight-streaming decode kernels (fp8_decode_sm90.cu) in their place.
         geglu_kernels/cuda/fp8_quantize_rows.cu geglu_kernels/cuda/fp8_decode_sm90.cu
     python tools/sm90_gemm/check_fp8_mlp.py [out_dir]
     FP8_DECODE_ONLY=1 python tools/sm90_gemm/check_fp8_mlp.py   # the decode kernels' checks and rows
+    FP8_PREFILL_ONLY=1 python tools/sm90_gemm/check_fp8_mlp.py  # the prefill GEMMs and their variants
     FP8_DECODE_NCU=1 ncu --clock-control none -k regex:"^(gate_up|down)" python tools/sm90_gemm/check_fp8_mlp.py
     FP8_LIB=libother.so ...   # a library built under another name in .sm90dev/ (a variant to compare)
 
@@ -201,6 +202,11 @@ def gate_up_variant(m, variant):
                                               m.hq.data_ptr(), m.sh.data_ptr(), m.ld, 1, m.ws.data_ptr(), stream())
 
 
+# The prefill down projection's other shapes (fp8_gate_up_variants.cu).
+PREFILL_DOWN_VARIANTS = {2: "down cluster 2x1", 3: "down cluster 1x2", 4: "down pingpong 64x128",
+                         6: "down pingpong 64x128 cluster 2x1"}
+
+
 def down_variant(m, variant):
     return lib.geglu_fp8_sm90_down_variant(variant, m.hq.data_ptr(), m.sh.data_ptr(), m.ld, m.M, m.H,
                                            m.wd.data_ptr(), m.sd.data_ptr(), m.d, None, m.out.data_ptr(),
@@ -225,14 +231,18 @@ def check_variants(M, d, H):
         assert st == 0, (name, st)
     m.hq.copy_(hq)
     m.sh.copy_(sh)
-    m.out.fill_(float("nan"))
-    st = down_variant(m, 1)
-    torch.cuda.synchronize()
-    down_err = rel(m.out, y.double())
-    ok = st == 0 and res["pingpong"] > 0.999 and res["stream-K"] > 0.999 and down_err < 1e-2
+    down_err = {}
+    for variant in (1,) + (tuple(PREFILL_DOWN_VARIANTS) if M > DECODE_MAX_M else ()):
+        m.out.fill_(float("nan"))
+        st = down_variant(m, variant)
+        torch.cuda.synchronize()
+        down_err[variant] = rel(m.out, y.double()) if st == 0 else float("inf")
+    ok = res["pingpong"] > 0.999 and res["stream-K"] > 0.999 and all(e < 1e-2 for e in down_err.values())
     log(f"variants M={M} d={d} H={H}: h bytes equal to cooperative's: pingpong {res['pingpong']:.6f}, "
-        f"stream-K {res['stream-K']:.6f}; stream-K down vs data-parallel {down_err:.2e} -> {'ok' if ok else 'FAIL'}")
-    return dict(M=M, d=d, H=H, **res, down_err=down_err, ok=bool(ok))
+        f"stream-K {res['stream-K']:.6f}; down variants vs data-parallel "
+        + ", ".join(f"{PREFILL_DOWN_VARIANTS.get(v, 'stream-K')} {e:.2e}" for v, e in down_err.items())
+        + f" -> {'ok' if ok else 'FAIL'}")
+    return dict(M=M, d=d, H=H, **res, down_err={str(k): v for k, v in down_err.items()}, ok=bool(ok))
 
 
 def edge_rows():
@@ -311,10 +321,12 @@ def bench(M, d, H):
         decode_rows = (("decode route", m.run_decode), ("decode: gate/up", m.decode_gate_up),
                        ("decode: down", m.decode_down))
     rows = {}
+    down_shapes = tuple((name, lambda v=v: down_variant(m, v)) for v, name in PREFILL_DOWN_VARIANTS.items()
+                        if M > DECODE_MAX_M)
     for name, fn in decode_rows + (("bf16 cuBLAS GEMMs alone", bf16_gemms), ("FP8 GEMMs alone", fp8_gemms), ("ours FP8", m.run),
                      ("ours: quantize x", quant), ("ours: gate/up", gate_up), ("gate/up cooperative", gate_up_coop),
                      ("gate/up pingpong", gate_up_pingpong), ("gate/up stream-K", gate_up_streamk),
-                     ("ours: down", down), ("down data-parallel", down_dp), ("down stream-K", down_streamk)):
+                     ("ours: down", down), ("down data-parallel", down_dp), ("down stream-K", down_streamk)) + down_shapes:
         fn()
         torch.cuda.synchronize()
         rows[name] = do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
@@ -424,6 +436,12 @@ def main():
     checks.append(check(3, 384, 640, decode=True, residual=True, dtype=torch.float16))
     checks.append(check(12, 384, 640, decode=True, residual=True, dtype=torch.float16))
     checks.append(check(2, 128, 128, decode=True))
+    if os.environ.get("FP8_PREFILL_ONLY"):  # the prefill GEMMs and their variants
+        ok = check_variants(4096, 3072, 24576)["ok"]
+        for M, d, H in ((8192, 768, 3072), (4096, 2048, 16384), (4096, 3072, 24576)):
+            bench(M, d, H)
+        log("ALL OK" if ok else "SOME FAILED")
+        return
     if os.environ.get("FP8_DECODE_ONLY"):
         for M, d, H in ((1, 3072, 24576), (16, 3072, 24576), (1, 2048, 16384), (16, 2048, 16384)):
             decode_timings(M, d, H)
