@@ -167,7 +167,8 @@ using DownStreamK = Down<Element, cutlass::gemm::StreamKScheduler>;
 // share each h tile by TMA multicast, halving h's L2 reads (h is the large operand: K =
 // hidden): Gemma-7B / Gemma-2B at 4096 tokens 549.1 / 236.5 us against 593.8 / 242.4,
 // the blog shape's 6 tiles 40.2 against 38.8 (H100, 2026-11-27, check_fp8_mlp_h100.log;
-// 2 x 1 clusters 559.0 / 239.2 / 41.0, Pingpong 64 x 128 tiles 808-848 at Gemma-7B).
+// 2 x 1 clusters 559.0 / 239.2 / 41.0, Pingpong 64 x 128 tiles 808-848 at Gemma-7B); on an
+// H200 even (552.7 / 245.7 against 551.1 / 249.0).
 constexpr int64_t kWideDownColumns = 16 * 128;
 template <class Element>
 using DownWide = Down<Element, cutlass::gemm::PersistentScheduler, 2>;

@@ -204,7 +204,7 @@ def gate_up_variant(m, variant):
 
 # The prefill down projection's other shapes (fp8_gate_up_variants.cu).
 PREFILL_DOWN_VARIANTS = {2: "down cluster 2x1", 3: "down cluster 1x2", 4: "down pingpong 64x128",
-                         6: "down pingpong 64x128 cluster 2x1"}
+                         5: "down pingpong 64x128 cluster 2x1"}
 
 
 def down_variant(m, variant):
@@ -443,7 +443,9 @@ def main():
         log("ALL OK" if ok else "SOME FAILED")
         return
     if os.environ.get("FP8_DECODE_ONLY"):
-        for M, d, H in ((1, 3072, 24576), (16, 3072, 24576), (1, 2048, 16384), (16, 2048, 16384)):
+        # FP8_DECODE_SHAPES="MxDxH,...": other shapes (e.g. the same tiles over twice the K).
+        shapes = [tuple(map(int, v.split("x"))) for v in os.environ.get("FP8_DECODE_SHAPES", "").split(",") if v]
+        for M, d, H in shapes or ((1, 3072, 24576), (16, 3072, 24576), (1, 2048, 16384), (16, 2048, 16384)):
             decode_timings(M, d, H)
         log("ALL OK" if all(c["ok"] for c in checks) else "SOME FAILED")
         return

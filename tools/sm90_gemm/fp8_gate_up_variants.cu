@@ -2,7 +2,7 @@
 // that run its GEMMs as a chosen variant, for check_fp8_mlp.py's comparison:
 //   gate/up: 0 Cooperative 128 x (128 + 128), 1 Pingpong 64 x (128 + 128), 2 stream-K Cooperative;
 //   down:    0 data-parallel 128 x 128, 1 stream-K; at prefill 2 / 3 clusters of 2 x 1 / 1 x 2
-//            (3: the route from 16 output tiles on), 4 Pingpong 64 x 128, 6 the same in
+//            (3: the route from 16 output tiles on), 4 Pingpong 64 x 128, 5 the same in
 //            clusters of 2 x 1.
 //   tools/sm90_gemm/build_lib.sh tools/sm90_gemm/fp8_gate_up_variants.cu libfp8_mlp_sm90 \
 //       geglu_kernels/cuda/fp8_quantize_rows.cu
@@ -88,7 +88,7 @@ extern "C" int geglu_fp8_sm90_down_variant(int variant, const void* hq, const fl
     case 2: return sm90_launcher::launch_gemm_on_current_device<DownC21::Kernel, 2, 1>(a, s, FillDown<E>{}, nullptr);
     case 3: return run_down<DownWide<E>, E, 2>(a, s);
     case 4: return sm90_launcher::launch_gemm_on_current_device<DownPing::Kernel>(a, s, FillDown<E>{}, nullptr);
-    case 6: return sm90_launcher::launch_gemm_on_current_device<DownPingC21::Kernel, 2, 1>(a, s, FillDown<E>{}, nullptr);
+    case 5: return sm90_launcher::launch_gemm_on_current_device<DownPingC21::Kernel, 2, 1>(a, s, FillDown<E>{}, nullptr);
     default: return run_down<Down<E>, E>(a, s);
   }
 }
