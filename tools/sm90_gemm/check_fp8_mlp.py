@@ -203,8 +203,7 @@ def gate_up_variant(m, variant):
 
 
 # The prefill down projection's other shapes (fp8_gate_up_variants.cu).
-PREFILL_DOWN_VARIANTS = {2: "down cluster 2x1", 3: "down cluster 1x2", 4: "down pingpong 64x128",
-                         5: "down pingpong 64x128 cluster 2x1"}
+PREFILL_DOWN_VARIANTS = {2: "down cluster 1x2"}
 
 
 def down_variant(m, variant):

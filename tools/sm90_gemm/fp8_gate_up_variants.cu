@@ -1,9 +1,8 @@
 // The FP8 MLP library (geglu_kernels/cuda/fp8_mlp_sm90.cu, included whole) plus entries
 // that run its GEMMs as a chosen variant, for check_fp8_mlp.py's comparison:
 //   gate/up: 0 Cooperative 128 x (128 + 128), 1 Pingpong 64 x (128 + 128), 2 stream-K Cooperative;
-//   down:    0 data-parallel 128 x 128, 1 stream-K; at prefill 2 / 3 clusters of 2 x 1 / 1 x 2
-//            (3: the route from 16 output tiles on), 4 Pingpong 64 x 128, 5 the same in
-//            clusters of 2 x 1.
+//   down:    0 data-parallel 128 x 128, 1 stream-K, 2 in clusters of two along N (the route
+//            from 16 output tiles on; the other shapes it was measured against: git history).
 //   tools/sm90_gemm/build_lib.sh tools/sm90_gemm/fp8_gate_up_variants.cu libfp8_mlp_sm90 \
 //       geglu_kernels/cuda/fp8_quantize_rows.cu
 #include "fp8_mlp_sm90.cu"
@@ -23,36 +22,6 @@ using GateUpStreamK = GateUpStreamKGemm<128, cutlass::gemm::KernelTmaWarpSpecial
 struct GateUpStreamKArgs : GateUpArgs {
   void* workspace;
 };
-
-// The prefill down projection in other shapes of CUTLASS's blockwise-scaled FP8 GEMM (lost:
-// fp8_mlp_sm90.cu's DownWide note).
-template <class TileShape, int CM, int CN, class KernelSchedule, class EpilogueSchedule>
-struct DownShaped {
-  using ClusterShape = Shape<Int<CM>, Int<CN>, _1>;
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      cutlass::bfloat16_t, cutlass::layout::RowMajor, 8, cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
-      EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<cutlass::bfloat16_t, float, cutlass::bfloat16_t, float>>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      E4m3, cute::tuple<cutlass::layout::RowMajor, LayoutSFA>, 16,
-      E4m3, cute::tuple<cutlass::layout::ColumnMajor, LayoutSFB>, 16,
-      float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, CollectiveEpilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
-};
-using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum;
-using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum;
-using CoopEpi = cutlass::epilogue::TmaWarpSpecializedCooperative;
-using PingEpi = cutlass::epilogue::TmaWarpSpecialized;
-using DownC21 = DownShaped<Shape<_128, _128, _128>, 2, 1, Coop, CoopEpi>;
-using DownPing = DownShaped<Shape<_64, _128, _128>, 1, 1, Ping, PingEpi>;
-using DownPingC21 = DownShaped<Shape<_64, _128, _128>, 2, 1, Ping, PingEpi>;
 }  // namespace fp8_sm90
 
 extern "C" int geglu_fp8_sm90_gate_up_variant(int variant, const void* xq, const float* sx, int64_t ld_sx, int64_t M,
@@ -85,10 +54,7 @@ extern "C" int geglu_fp8_sm90_down_variant(int variant, const void* hq, const fl
   using E = cutlass::bfloat16_t;
   switch (variant) {
     case 1: return run_down<DownStreamK<E>, E>(a, s);
-    case 2: return sm90_launcher::launch_gemm_on_current_device<DownC21::Kernel, 2, 1>(a, s, FillDown<E>{}, nullptr);
-    case 3: return run_down<DownWide<E>, E, 2>(a, s);
-    case 4: return sm90_launcher::launch_gemm_on_current_device<DownPing::Kernel>(a, s, FillDown<E>{}, nullptr);
-    case 5: return sm90_launcher::launch_gemm_on_current_device<DownPingC21::Kernel, 2, 1>(a, s, FillDown<E>{}, nullptr);
+    case 2: return run_down<DownWide<E>, E, 2>(a, s);
     default: return run_down<Down<E>, E>(a, s);
   }
 }
