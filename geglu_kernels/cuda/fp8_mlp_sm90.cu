@@ -132,6 +132,7 @@ int run_gate_up(GateUpArgs const& a, cudaStream_t stream) {
 // ------------------------------------------------------------------ down (+ residual)
 template <class Element, class TileScheduler = cutlass::gemm::PersistentScheduler, int kClusterN = 1>
 struct Down {
+  static constexpr int kClusterColumns = kClusterN;
   using TileShape = Shape<_128, _128, _128>;
   using ClusterShape = Shape<_1, Int<kClusterN>, _1>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -223,10 +224,10 @@ struct FillDown {
   }
 };
 
-template <class Gemm, class Element, int kClusterN = 1>
+template <class Gemm, class Element>
 int run_down(DownArgs const& a, cudaStream_t stream) {
-  return sm90_launcher::launch_gemm_on_current_device<typename Gemm::Kernel, 1, kClusterN>(a, stream, FillDown<Element>{},
-                                                                                           a.workspace);
+  return sm90_launcher::launch_gemm_on_current_device<typename Gemm::Kernel, 1, Gemm::kClusterColumns>(
+      a, stream, FillDown<Element>{}, a.workspace);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -281,8 +282,8 @@ extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_s
                 : run_down<DownStreamK<cutlass::half_t>, cutlass::half_t>(a, s);
   }
   if (N >= kWideDownColumns) {
-    return bf16 ? run_down<DownWide<cutlass::bfloat16_t>, cutlass::bfloat16_t, 2>(a, s)
-                : run_down<DownWide<cutlass::half_t>, cutlass::half_t, 2>(a, s);
+    return bf16 ? run_down<DownWide<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s)
+                : run_down<DownWide<cutlass::half_t>, cutlass::half_t>(a, s);
   }
   return bf16 ? run_down<Down<cutlass::bfloat16_t>, cutlass::bfloat16_t>(a, s)
               : run_down<Down<cutlass::half_t>, cutlass::half_t>(a, s);

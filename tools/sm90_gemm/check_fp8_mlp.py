@@ -202,10 +202,6 @@ def gate_up_variant(m, variant):
                                               m.hq.data_ptr(), m.sh.data_ptr(), m.ld, 1, m.ws.data_ptr(), stream())
 
 
-# The prefill down projection's other shapes (fp8_gate_up_variants.cu).
-PREFILL_DOWN_VARIANTS = {2: "down cluster 1x2"}
-
-
 def down_variant(m, variant):
     return lib.geglu_fp8_sm90_down_variant(variant, m.hq.data_ptr(), m.sh.data_ptr(), m.ld, m.M, m.H,
                                            m.wd.data_ptr(), m.sd.data_ptr(), m.d, None, m.out.data_ptr(),
@@ -231,17 +227,16 @@ def check_variants(M, d, H):
     m.hq.copy_(hq)
     m.sh.copy_(sh)
     down_err = {}
-    for variant in (1,) + (tuple(PREFILL_DOWN_VARIANTS) if M > DECODE_MAX_M else ()):
+    for variant, name in ((1, "stream-K"), (2, "down cluster 1x2"))[:2 if M > DECODE_MAX_M else 1]:
         m.out.fill_(float("nan"))
         st = down_variant(m, variant)
         torch.cuda.synchronize()
-        down_err[variant] = rel(m.out, y.double()) if st == 0 else float("inf")
+        down_err[name] = rel(m.out, y.double()) if st == 0 else float("inf")
     ok = res["pingpong"] > 0.999 and res["stream-K"] > 0.999 and all(e < 1e-2 for e in down_err.values())
     log(f"variants M={M} d={d} H={H}: h bytes equal to cooperative's: pingpong {res['pingpong']:.6f}, "
         f"stream-K {res['stream-K']:.6f}; down variants vs data-parallel "
-        + ", ".join(f"{PREFILL_DOWN_VARIANTS.get(v, 'stream-K')} {e:.2e}" for v, e in down_err.items())
-        + f" -> {'ok' if ok else 'FAIL'}")
-    return dict(M=M, d=d, H=H, **res, down_err={str(k): v for k, v in down_err.items()}, ok=bool(ok))
+        + ", ".join(f"{name} {e:.2e}" for name, e in down_err.items()) + f" -> {'ok' if ok else 'FAIL'}")
+    return dict(M=M, d=d, H=H, **res, down_err=down_err, ok=bool(ok))
 
 
 def edge_rows():
@@ -315,17 +310,20 @@ def bench(M, d, H):
     def down_streamk():
         assert down_variant(m, 1) == 0
 
-    decode_rows = ()
+    def down_clusters():
+        assert down_variant(m, 2) == 0
+
+    decode_rows, prefill_rows = (), ()
     if M <= DECODE_MAX_M:
         decode_rows = (("decode route", m.run_decode), ("decode: gate/up", m.decode_gate_up),
                        ("decode: down", m.decode_down))
+    else:
+        prefill_rows = (("down cluster 1x2", down_clusters),)
     rows = {}
-    down_shapes = tuple((name, lambda v=v: down_variant(m, v)) for v, name in PREFILL_DOWN_VARIANTS.items()
-                        if M > DECODE_MAX_M)
     for name, fn in decode_rows + (("bf16 cuBLAS GEMMs alone", bf16_gemms), ("FP8 GEMMs alone", fp8_gemms), ("ours FP8", m.run),
                      ("ours: quantize x", quant), ("ours: gate/up", gate_up), ("gate/up cooperative", gate_up_coop),
                      ("gate/up pingpong", gate_up_pingpong), ("gate/up stream-K", gate_up_streamk),
-                     ("ours: down", down), ("down data-parallel", down_dp), ("down stream-K", down_streamk)) + down_shapes:
+                     ("ours: down", down), ("down data-parallel", down_dp), ("down stream-K", down_streamk)) + prefill_rows:
         fn()
         torch.cuda.synchronize()
         rows[name] = do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3

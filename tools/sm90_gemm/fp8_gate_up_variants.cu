@@ -54,7 +54,7 @@ extern "C" int geglu_fp8_sm90_down_variant(int variant, const void* hq, const fl
   using E = cutlass::bfloat16_t;
   switch (variant) {
     case 1: return run_down<DownStreamK<E>, E>(a, s);
-    case 2: return run_down<DownWide<E>, E, 2>(a, s);
+    case 2: return run_down<DownWide<E>, E>(a, s);
     default: return run_down<Down<E>, E>(a, s);
   }
 }
