@@ -148,13 +148,16 @@ inline void gelu_with_derivative(const V &x, V &value, V &slope) {
     const V two_dz = fmadd_(V(6.0f * kBeta * kKappa), x * x, V(2.0f * kBeta));
     value = x * s;
     slope = fmadd_(x * (s * (e * s)), two_dz, s);
-    // Beyond |x| = kTanhSaturation the float32 results are exactly gelu = 0, slope = 0
+    // Beyond |x| = kTanhSaturation the float32 results are exactly gelu = -0, slope = 0
     // (x < 0) and slope = 1 (x > 0). The formula cannot give them: the clamped s times
     // a huge x is not 0 (gelu(-3e38) would be -5e3), and x^2 overflows near 1.8e19
-    // (0 * inf). Selects, not a clamp of x, so a NaN x stays NaN.
-    const V lo(-kTanhSaturation), hi(kTanhSaturation), zero(0.0f), one(1.0f);
-    value = where_less(x, lo, zero, value);
-    slope = where_less(x, lo, zero, where_less(hi, x, one, slope));
+    // (0 * inf). Selects, not a clamp of x, so a NaN x stays NaN; and the limits are
+    // written x * 0 and x - x, which are -0 / +0 for a finite x but NaN at +-inf, where
+    // eager and float64 give NaN too (0 * inf): an overflow upstream stays visible.
+    const V lo(-kTanhSaturation), hi(kTanhSaturation), one(1.0f);
+    const V zero_or_nan = x - x;
+    value = where_less(x, lo, x * V(0.0f), value);
+    slope = where_less(x, lo, zero_or_nan, where_less(hi, x, one + zero_or_nan, slope));
   }
 }
 

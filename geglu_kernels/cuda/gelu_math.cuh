@@ -123,14 +123,19 @@ __device__ __forceinline__ void gelu_and_derivative(float x, float &value, float
     derivative = fmaf(2.0f * x * sp.s_one_minus_s, du_dx, sp.s);
     // Past |x| = 1.8e19, x^2 overflows and the product above is 0 * inf = NaN; the
     // slope is exactly 0 or 1 long before. Comparisons, not a clamp: NaN stays NaN.
-    if (x < -kTanhSaturation) derivative = 0.0f;
-    if (x > kTanhSaturation) derivative = 1.0f;
+    // x - x is +0 for a finite x and NaN at +-inf, where eager and float64 give NaN
+    // too (0 * inf): an overflow upstream stays visible.
+    if (x < -kTanhSaturation) derivative = x - x;
+    if (x > kTanhSaturation) derivative = 1.0f + (x - x);
   } else {
     const float cdf = sigmoid_log2(normal_cdf_log2_odds(x)).s;
     const float pdf = kInvSqrt2Pi * exp2f(-0.5f * kLog2E * x2);  // phi(x) = e^(-x^2/2) / sqrt(2 pi)
     value = x * cdf;
     derivative = fmaf(x, pdf, cdf);  // Phi(x) + x phi(x)
-    if (x < -kErfSaturation) value = derivative = 0.0f;
+    if (x < -kErfSaturation) {  // -0 and +0 as eager gives them; NaN at -inf (0 * inf) as eager does
+      value = x * 0.0f;
+      derivative = x - x;
+    }
   }
 }
 

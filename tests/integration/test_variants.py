@@ -283,3 +283,39 @@ def test_get_kernel_falls_back_to_torch_cuda(tmp_path, monkeypatch):
     out2 = torch.full((8, 384), float("nan"), device="cuda")
     k.gelu_tanh_and_mul(out2, x)
     torch.testing.assert_close(out2, F.gelu(x[:, :384], approximate="tanh") * x[:, 384:])
+
+
+CHILD_GET_KERNEL = "import sys; from kernels import get_kernel; get_kernel(sys.argv[1], version=1)"
+
+
+@pytest.mark.parametrize("cut", ["half", "last_byte", "empty"])
+def test_damaged_native_library_is_an_import_error(tmp_path, cut):
+    """A variant whose native library lost its tail (an interrupted download or copy)
+    raises an ImportError naming the variant and the file when get_kernel imports it,
+    instead of the SIGBUS that opening the file would end the process with."""
+    variant = next(n for n in _built_variants() if list((BUILD / n).glob("*.so")))
+    dest = tmp_path / "build" / variant
+    shutil.copytree(BUILD / variant, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    (lib,) = dest.glob("*.so")
+    size = lib.stat().st_size
+    data = lib.read_bytes()
+    lib.write_bytes(data[: {"half": size // 2, "last_byte": size - 1, "empty": 0}[cut]])
+    env = {k: v for k, v in __import__("os").environ.items() if k != "LOCAL_KERNELS"}
+    env["LOCAL_KERNELS"] = f"{REPO_ID}={tmp_path}"
+    res = subprocess.run([sys.executable, "-c", CHILD_GET_KERNEL, REPO_ID], env=env, capture_output=True, text=True)
+    assert res.returncode == 1, f"returncode {res.returncode} (negative: killed by a signal): {res.stderr[-2000:]}"
+    error = next((line for line in res.stderr.splitlines() if line.startswith("ImportError: geglu:")), None)
+    assert error is not None, res.stderr[-2000:]
+    assert f"{lib.name} of the variant {variant} is damaged" in error, error
+
+
+def test_whole_native_library_passes_the_check():
+    """The check reads the real build's headers and finds nothing wrong (so the test
+    above fails for the truncation, not for a check that refuses everything)."""
+    spec = importlib.util.spec_from_file_location("_geglu_library_check", REPO / "torch-ext/geglu/_library_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    libs = [lib for name in _built_variants() for lib in (BUILD / name).glob("*.so")]
+    assert libs, "build/ has no native library"
+    for lib in libs:
+        assert module._damage(lib) is None, lib

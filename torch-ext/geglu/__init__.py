@@ -2,8 +2,14 @@
 with bias/GELU/GeGLU in the epilogue, for CUDA (compiled + Triton) and CPU; and a
 block-scaled FP8 GeGLU MLP for inference."""
 
-from . import layers
-from .activation import (
+from pathlib import Path
+
+from ._library_check import check_native_libraries
+
+check_native_libraries(Path(__file__).parent)  # before `_ops` opens the library
+
+from . import layers  # noqa: E402
+from .activation import (  # noqa: E402
     geglu,
     geglu_backward,
     geglu_merged,
@@ -12,8 +18,8 @@ from .activation import (
     gelu_tanh,
     gelu_tanh_and_mul,
 )
-from .fp8_mlp import geglu_mlp_fp8
-from .linear import geglu_linear, geglu_mlp, linear_bias, linear_bias_gelu
+from .fp8_mlp import geglu_mlp_fp8  # noqa: E402
+from .linear import geglu_linear, geglu_mlp, linear_bias, linear_bias_gelu  # noqa: E402
 
 __all__ = [
     "geglu",

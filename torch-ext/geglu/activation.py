@@ -71,6 +71,12 @@ def _native(t) -> bool:
     return isinstance(t, Tensor) and t.device.type in NATIVE_DEVICE_TYPES
 
 
+def _under_functorch(*tensors) -> bool:
+    """Whether a tensor is a functorch wrapper (torch.vmap's batched tensors), which
+    has no storage for a kernel to read or write."""
+    return any(isinstance(t, Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
+
+
 def _call_native(op, check, *args):
     """op(*args), validated by the op. Where the dispatcher refuses the call before
     the op runs (RuntimeError: an argument that is not a tensor / str, or on a device
@@ -130,12 +136,15 @@ def _eager_gelu_and_grad(g: Tensor, approximate: str) -> Tuple[Tensor, Tensor]:
         # At a clamped g, sigmoid is exactly 0 or 1 past the clamp, so gelu and its slope
         # are exactly 0 and 0 (g < 0) or g and 1 (g > 0); an unclamped g * g overflows
         # past 1.8e19 and the slope becomes 0 * inf = NaN. clamp keeps a NaN g, and its
-        # gradient is 0 outside the range, as the slope's is (double backward).
+        # gradient is 0 outside the range, as the slope's is (double backward). g - g
+        # (0, or NaN at +-inf, where eager and float64 give NaN: 0 * inf) keeps an
+        # overflow upstream visible in the slope.
         gc = g.clamp(-_TANH_CLAMP, _TANH_CLAMP)
         z = gc * (_TANH_A + _TANH_B * gc * gc)
         s = torch.sigmoid(z)
         # 1 - sigmoid(z) as sigmoid(-z): accurate where sigmoid(z) rounds to ~1.
-        return g * s, s + gc * s * torch.sigmoid(-z) * (_TANH_A + 3.0 * _TANH_B * gc * gc)
+        slope = s + gc * s * torch.sigmoid(-z) * (_TANH_A + 3.0 * _TANH_B * gc * gc)
+        return g * s, slope + (g - g)
     cdf = 0.5 * (1.0 + torch.erf(g * _SQRT1_2))
     return g * cdf, cdf + g * torch.exp(-0.5 * g * g) * _INV_SQRT_2PI
 
@@ -355,7 +364,10 @@ if all(_op_defined(op) for op in _NATIVE_OPS) and not torch._C._dispatch_has_ker
 
 class _GegluMergedNative(torch.autograd.Function):
     """geglu_merged over the native geglu op on the two halves of x; the backward
-    writes grad_gate/grad_up with the native backward and joins them."""
+    writes grad_gate/grad_up with the native backward and joins them. Under torch.vmap
+    both run per example through the ops' batching fallback (generated rule)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x: Tensor, approximate: str) -> Tensor:
@@ -458,6 +470,16 @@ def _write_gelu(out: Tensor, x: Tensor, approximate: str, merged: bool) -> Tenso
     if torch.is_grad_enabled():
         _check_no_autograd(name, out, x, approximate, merged)
     check = _check_gelu_and_mul_out if merged else _check_gelu_out
+    if not torch.compiler.is_compiling() and _under_functorch(out, x):
+        # torch.vmap (and the other functorch transforms) hand in tensors without
+        # storage, which no kernel can address: eager's ops compute the same values and
+        # copy_ writes the batched `out` (and bumps its version) as vmap expects. The
+        # checks but the overlap one, which needs addresses (copy_ handles overlap).
+        _check_input("x", x, merged=merged)
+        shape = _merged_out_shape(x) if merged else tuple(x.shape)
+        _checks.check_out("out", out, shape=shape, like_name="x", like=x)
+        result = _eager_geglu(*_halves(x), approximate) if merged else F.gelu(x, approximate=approximate)
+        return out.copy_(result)
     if _native(x):
         _call_native(getattr(ops, name), check, out, x)
     else:

@@ -117,9 +117,9 @@ if HAS_TRITON:
     def _gelu(g, APPROXIMATE_TANH: tl.constexpr):
         if APPROXIMATE_TANH:
             s, _ = _sigmoid_pair(g * (_TANH_A + _TANH_B * g * g))
-            # s is clamped at ~1.8e-35, so a huge negative g needs its exact 0 set
-            # (g * s would be -5e3 at g = -3e38).
-            return tl.where(g < -_TANH_SATURATION, 0.0, g * s)
+            # s is clamped at ~1.8e-35, so a huge negative g needs its exact -0 set
+            # (g * s would be -5e3 at g = -3e38); g * 0 keeps eager's NaN at -inf.
+            return tl.where(g < -_TANH_SATURATION, g * 0.0, g * s)
         else:
             return 0.5 * g * (1.0 + tl.math.erf(g * _SQRT1_2))
 
@@ -158,9 +158,9 @@ if HAS_TRITON:
             # own contraction depends on its fp-fusion setting).
             inner = _EAGER_BETA * tl.fma(g_cube, _EAGER_KAPPA, g)
             y = 0.5 * g * (1.0 + _tanh(inner))
-            # Below -10 gelu is 0 (eager: -0.0, the same value); the line keeps a huge
-            # negative g at 0 whatever tanh gives there.
-            return tl.where(g < -_TANH_SATURATION, 0.0, y)
+            # Below -10 gelu is -0 (as eager's); the line keeps a huge negative g there
+            # whatever tanh gives, and g * 0 keeps eager's NaN at -inf.
+            return tl.where(g < -_TANH_SATURATION, g * 0.0, y)
         else:
             return g * 0.5 * (1.0 + tl.math.erf(g * _SQRT1_2))
 
@@ -173,9 +173,12 @@ if HAS_TRITON:
             grad = s + act * one_minus_s * (_TANH_A + _TANH_DB * g * g)
             # Beyond |g| = 10, gelu and its slope are 0 and 0 (g < 0) or g and 1 (g > 0)
             # in float32; the formula is not: the clamped s times a huge g is not 0, and
-            # g * g overflows (0 * inf). Comparisons, so a NaN g stays NaN.
-            act = tl.where(g < -_TANH_SATURATION, 0.0, act)
-            grad = tl.where(g < -_TANH_SATURATION, 0.0, tl.where(g > _TANH_SATURATION, 1.0, grad))
+            # g * g overflows (0 * inf). Comparisons, so a NaN g stays NaN. g * 0 and
+            # g - g are -0 / +0 for a finite g and NaN at +-inf, where eager and float64
+            # give NaN too: an overflow upstream stays visible.
+            zero_or_nan = g - g
+            act = tl.where(g < -_TANH_SATURATION, g * 0.0, act)
+            grad = tl.where(g < -_TANH_SATURATION, zero_or_nan, tl.where(g > _TANH_SATURATION, 1.0 + zero_or_nan, grad))
         else:
             cdf = 0.5 * (1.0 + tl.math.erf(g * _SQRT1_2))
             act = g * cdf
@@ -240,6 +243,7 @@ if HAS_TRITON:
         grad_gate_row_stride,
         grad_up_row_stride,
         APPROXIMATE_TANH: tl.constexpr,
+        INTERPRETED: tl.constexpr,  # Triton's interpreter (its bf16 casts truncate)
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
@@ -252,6 +256,8 @@ if HAS_TRITON:
         act, dact = _gelu_and_grad(g.to(tl.float32), APPROXIMATE_TANH)
         grad_gate = dy * u.to(tl.float32) * dact
         grad_up = dy * act
+        if INTERPRETED and grad_gate_ptr.dtype.element_ty == tl.bfloat16:
+            grad_gate, grad_up = _round_bf16(grad_gate), _round_bf16(grad_up)  # as in the forward
         tl.store(
             grad_gate_ptr + (rows * grad_gate_row_stride)[:, None] + cols,
             grad_gate.to(grad_gate_ptr.dtype.element_ty),
@@ -339,4 +345,5 @@ def geglu_backward(
     strides = [_rows(n, t)[2] for n, t in named]
     if rows == 0 or width == 0:
         return
-    _launch(_backward_kernel, [t for _, t in named], rows, width, strides, APPROXIMATE_TANH=tanh)
+    _launch(_backward_kernel, [t for _, t in named], rows, width, strides, APPROXIMATE_TANH=tanh,
+            INTERPRETED=_interpreted())
