@@ -1,5 +1,6 @@
 """`kernels benchmark ./` workloads: the public geglu / geglu_backward (tanh form, bf16)
-at the anchor shapes of /work/shared/reference/anchors.md.
+at the MLP shapes of SHAPES below (blog, Gemma-2B, Gemma-7B, and Gemma-7B's hidden at
+16 tokens: decode).
 
 The runner sets self.kernel (the loaded variant) and self.device, calls
 setup_<w>, runs benchmark_<w> once, and checks self.out against verify_<w>() with

@@ -27,9 +27,7 @@ def main() -> None:
     print(f"module   {geglu.__name__} (ops namespace torch.ops.{meta['id']})")
     print(f"backend  {meta['backend']}")
     print(f"public   {', '.join(geglu.__all__)}")
-    layers = sorted(n for n in dir(geglu.layers) if isinstance(getattr(geglu.layers, n), type)
-                    and issubclass(getattr(geglu.layers, n), torch.nn.Module) and n != "Module")
-    print(f"layers   {', '.join(layers)}")
+    print(f"layers   {', '.join(sorted(geglu.layers.__all__))}")
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gate, up = torch.randn(4, 1000, device=device), torch.randn(4, 1000, device=device)

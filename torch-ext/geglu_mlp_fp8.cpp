@@ -1,5 +1,6 @@
-// _geglu_mlp_fp8 and _geglu_mlp_fp8_serves on torch's stable ABI: the block-scaled FP8
-// GeGLU MLP as one native call (CUDA builds).
+// _geglu_mlp_fp8, _fp8_linear and _geglu_mlp_fp8_serves on torch's stable ABI: the
+// block-scaled FP8 GeGLU MLP, and one block-scaled FP8 linear on the same engine, each as
+// one native call (CUDA builds).
 //
 //   y = q(gelu(q(x) @ deq(w_gate).T) * (q(x) @ deq(w_up).T)) @ deq(w_down).T + residual
 //
@@ -14,6 +15,7 @@
 // _geglu_mlp_fp8_serves reports it for a tensor's device, so the Python function takes
 // its composite of torch ops everywhere else.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,40 @@ Tensor geglu_mlp_fp8(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   OptTensor res2;
   if (residual.has_value()) res2 = device::contiguous_view(*residual, IntArrayRef(out_rows, 2));
   return fused_fp8_mlp(x2, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale, res2, tanh, out_shape);
+}
+
+Tensor fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &weight_scale, const OptTensor &residual) {
+  const ScalarType xt = x.scalar_type();
+  GEGLU_CHECK_VALUE(xt == ScalarType::Half || xt == ScalarType::BFloat16,
+                    "x must have dtype float16/bfloat16, got ", dtype_name(xt));
+  GEGLU_CHECK_VALUE(x.dim() >= 1 && x.layout() == torch::headeronly::Layout::Strided && x.is_contiguous(),
+                    "x must be a contiguous tensor with at least 1 dimension");
+  const int64_t k = x.size(-1);
+  const int64_t n = weight.dim() == 2 ? weight.size(0) : -1;
+  GEGLU_CHECK_VALUE(k % 128 == 0 && k > 0, "x's last dimension must be a positive multiple of 128, got ", k);
+  GEGLU_CHECK_VALUE(n % 128 == 0 && n > 0,
+                    "weight must be a 2-d [out, in] weight with out a positive multiple of 128, got shape ",
+                    py_shape(weight.sizes()));
+  check_fp8_weight("weight", "weight_scale_inv", weight, weight_scale, x, n, k);
+  // The kernels' TMA loads: 16-byte aligned operands (fp8_linear copies a view that is not).
+  GEGLU_CHECK_VALUE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, "x must be 16-byte aligned");
+  GEGLU_CHECK_VALUE(reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0, "weight must be 16-byte aligned");
+  const IntArrayRef xs = x.sizes();
+  std::vector<int64_t> out_shape(xs.begin(), xs.end());
+  out_shape.back() = n;
+  gemm_checks::check_optional("residual", residual, x, out_shape);
+  GEGLU_CHECK_VALUE(!residual.has_value() || (residual->is_contiguous() &&
+                                              reinterpret_cast<uintptr_t>(residual->data_ptr()) % 16 == 0),
+                    "residual must be contiguous and 16-byte aligned");
+
+  device::DeviceGuard guard(x.get_device_index());
+  const int64_t m = x.numel() / k;
+  const int64_t rows[2] = {m, k};
+  const int64_t out_rows[2] = {m, n};
+  const Tensor x2 = device::contiguous_view(x, IntArrayRef(rows, 2));
+  OptTensor res2;
+  if (residual.has_value()) res2 = device::contiguous_view(*residual, IntArrayRef(out_rows, 2));
+  return fused_fp8_linear(x2, weight, weight_scale, res2, out_shape);
 }
 
 bool geglu_mlp_fp8_serves(const Tensor &x) { return fp8_mlp_served(x); }

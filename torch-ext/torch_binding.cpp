@@ -130,6 +130,7 @@ STABLE_TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("_geglu_mlp_fp8(Tensor x, Tensor w_gate, Tensor w_gate_scale, Tensor w_up, Tensor w_up_scale, "
           "Tensor w_down, Tensor w_down_scale, Tensor? residual, str approximate) -> Tensor");
   ops.def("_geglu_mlp_fp8_serves(Tensor x) -> bool");
+  ops.def("_fp8_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? residual) -> Tensor");
 #endif
 }
 
@@ -157,6 +158,7 @@ STABLE_TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, GEGLU_BACKEND, ops) {
 #if defined(CUDA_KERNEL)
   ops.impl("_geglu_mlp_fp8", boxed<&geglu_stable::geglu_mlp_fp8>);
   ops.impl("_geglu_mlp_fp8_serves", boxed<&geglu_stable::geglu_mlp_fp8_serves>);
+  ops.impl("_fp8_linear", boxed<&geglu_stable::fp8_linear>);
 #endif
 }
 

@@ -56,6 +56,8 @@ Tensor geglu_mlp_fp8(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
                      const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
                      const OptTensor &residual, std::string_view approximate);
 bool geglu_mlp_fp8_serves(const Tensor &x);
+// _fp8_linear (torch-ext/geglu_mlp_fp8.cpp): q(x) @ deq(weight).T + residual, inference.
+Tensor fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &weight_scale, const OptTensor &residual);
 #endif
 
 }  // namespace geglu_stable

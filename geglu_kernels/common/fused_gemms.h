@@ -58,6 +58,15 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
                      const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
                      const OptTensor &residual, bool tanh, torch::headeronly::IntHeaderOnlyArrayRef out_shape);
 
+// The block-scaled FP8 linear (_fp8_linear, torch-ext/geglu_mlp_fp8.cpp): x [M, K]
+// bf16/fp16 contiguous, weight e4m3 [N, K] with float32 128x128 block scales, residual
+// [M, N] of x's dtype, contiguous and 16-byte aligned, or none; all checked by the caller.
+// x quantized per 1x128 group as fused_fp8_mlp quantizes it, then the FP8 MLP's down GEMM
+// (its decode kernel at 1-16 tokens); a new tensor of out_shape ([..., N], M rows). Only
+// where fp8_mlp_served(x).
+Tensor fused_fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &weight_scale, const OptTensor &residual,
+                        torch::headeronly::IntHeaderOnlyArrayRef out_shape);
+
 // The inference bias + GELU GEMM _linear_bias_gelu asks the CUDA backend for:
 // gelu(x @ weight.T + bias) as a new [M, N] tensor, or std::nullopt where it has no
 // faster kernel than cuBLAS for the call. x is [M, K] with M, K > 0, weight [N, K].

@@ -26,6 +26,9 @@
 //   (fp8_mlp_sm90.cu; stream-K at up to 64 tokens, its workspace in the one allocation);
 //   at 1-16 tokens the weight-streaming decode kernels in place of both GEMMs
 //   (fp8_decode_sm90.cu); elsewhere the Python function runs its dequantizing composite.
+// - fused_fp8_linear (_fp8_linear): the same engine for one block-scaled FP8 linear: x's
+//   quantization, then the MLP's down GEMM with the residual (its decode kernel at 1-16
+//   tokens, stream-K at up to 64, data-parallel or 2-CTA clusters above).
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) above 128 tokens, where it beats cuBLAS(Lt) with either GELU;
 //   cuBLAS up to M = 128.
@@ -354,6 +357,41 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
                                           hq, sh, ld, tanh, stream));
   check_status(op, geglu_fp8_sm90_down(hq, sh, ld, m, hidden, w_down.data_ptr(), s_down, n, ptr_or_null(residual),
                                        y.data_ptr(), dtype, workspace, stream));
+  return y;
+}
+
+Tensor fused_fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &weight_scale, const OptTensor &residual,
+                        IntArrayRef out_shape) {
+  const char *op = "_fp8_linear";
+  STD_TORCH_CHECK(is_sm90(x), op, ": no FP8 kernels for this device (compute capability 9.0 only)");
+  const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
+  const device::DeviceGuard guard(x.get_device_index());
+  Tensor y = device::empty(out_shape, x);
+  if (m == 0) return y;
+  // One allocation, as fused_fp8_mlp's: xq [m, k] e4m3, its scales [k/128, ld] float32,
+  // then the decode kernel's workspace (its h part unused) or the stream-K one.
+  const bool decode = m <= kFp8DecodeTokens;
+  const int64_t ld = (m + 3) / 4 * 4;
+  auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
+  const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4);
+  const int64_t ws_bytes = up16(decode ? geglu_fp8_decode_workspace_bytes(m, k, n) : geglu_fp8_sm90_workspace_bytes(m, k, n));
+  const int64_t size[1] = {(xq_bytes + sx_bytes + ws_bytes) / static_cast<int64_t>(x.element_size())};
+  Tensor buffer = device::empty(IntArrayRef(size, 1), x);
+  char *base = static_cast<char *>(buffer.data_ptr());
+  void *xq = base;
+  float *sx = reinterpret_cast<float *>(base + xq_bytes);
+  void *workspace = ws_bytes > 0 ? base + xq_bytes + sx_bytes : nullptr;
+  void *stream = geglu_cuda::current_stream(x);
+  const int dtype = sm90_dtype(x);
+  const float *s_w = static_cast<const float *>(weight_scale.data_ptr());
+  check_status(op, geglu_fp8_quantize_rows(x.data_ptr(), k, m, k, dtype, xq, sx, ld, stream));
+  if (decode) {
+    check_status(op, geglu_fp8_decode_down(xq, sx, ld, m, k, weight.data_ptr(), s_w, n, ptr_or_null(residual),
+                                           y.data_ptr(), dtype, workspace, stream));
+  } else {
+    check_status(op, geglu_fp8_sm90_down(xq, sx, ld, m, k, weight.data_ptr(), s_w, n, ptr_or_null(residual),
+                                         y.data_ptr(), dtype, workspace, stream));
+  }
   return y;
 }
 

@@ -410,7 +410,7 @@ def _cpu_fp8_linear(input, weight, weight_scale_inv, block_size=None, bias=None,
         w = weight.float() * full
     y = (xq @ w.T).to(input.dtype)
     if bias is not None:
-        y = y + bias
+        y.add_(bias)  # in place, as Transformers' kernel adds it: the output keeps x's dtype
     return y.reshape(*input.shape[:-1], weight.shape[0])
 
 

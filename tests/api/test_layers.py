@@ -24,6 +24,7 @@ from transformers.activations import (
     NewGELUActivation,
     SiLUActivation,
 )
+from transformers.integrations.finegrained_fp8 import FP8Linear as TransformersFP8Linear
 from transformers.models.bert.modeling_bert import BertIntermediate
 from transformers.models.gemma.modeling_gemma import GemmaMLP
 from transformers.models.gemma2.modeling_gemma2 import Gemma2MLP
@@ -91,6 +92,7 @@ REPLACES = [
     ("GeGLUMLP", Gemma3MLP),
     ("T5GatedGeluDense", T5DenseGatedActDense),
     ("BiasGeluIntermediate", BertIntermediate),
+    ("FP8Linear", TransformersFP8Linear),
 ]
 
 

@@ -1,6 +1,6 @@
 """geglu: GeGLU activations (exact and tanh GELU, forward and backward) and GEMMs
 with bias/GELU/GeGLU in the epilogue, for CUDA (compiled + Triton) and CPU; and a
-block-scaled FP8 GeGLU MLP for inference."""
+block-scaled FP8 GeGLU MLP and FP8 linear for inference."""
 
 from pathlib import Path
 
@@ -18,10 +18,12 @@ from .activation import (  # noqa: E402
     gelu_tanh,
     gelu_tanh_and_mul,
 )
+from .fp8_gemm import fp8_linear  # noqa: E402
 from .fp8_mlp import geglu_mlp_fp8  # noqa: E402
 from .linear import geglu_linear, geglu_mlp, linear_bias, linear_bias_gelu  # noqa: E402
 
 __all__ = [
+    "fp8_linear",
     "geglu",
     "geglu_backward",
     "geglu_merged",

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 # replaces a function in its module sees every layer call of it.
 from . import _tensor_parallel
 from . import activation as _activation
+from . import fp8_gemm as _fp8_gemm
 from . import fp8_mlp as _fp8_mlp
 from . import linear as _linear
 
@@ -145,65 +146,84 @@ _FP8_ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
 _FP8_BLOCK = 128
 
 
-def _fp8_operands(x: torch.Tensor, *linears):
-    """[weight, weight_scale_inv, ...] of `linears` when geglu_mlp_fp8 computes what
-    calling them would: each a Transformers `FP8Linear` with 128x128 block scales
-    (`block_size` (128, 128) or [128, 128]), the dynamic activation scheme (per-token
-    1x128 groups, quantized in the forward; the static scheme's per-tensor
-    `activation_scale` is another computation), a dense float8_e4m3fn weight whose
-    sizes are multiples of 128, dense float32 `weight_scale_inv` of the block shape
-    [out/128, in/128], no bias, no forward set on the instance and no hooks (as
-    _linear_operands); x a dense float16/bfloat16 tensor, no autocast, and no gradient
-    needed (FP8Linear gives x a gradient through its own autograd Function; the FP8 MLP
-    is inference-only). Else None: the module's own computation runs.
+def _fp8_activation_served(x: torch.Tensor) -> bool:
+    """Whether the FP8 kernels compute a call on x: a dense float16/bfloat16 tensor (no
+    DTensor), no gradient needed (FP8Linear gives x a gradient through its own autograd
+    Function; the FP8 kernels are inference-only), no autocast; on CUDA only where the
+    native FP8 kernels serve x's GPU (the backend says which: `_geglu_mlp_fp8_serves`,
+    the sm_90 engine): elsewhere the float32 composite would run, slower than FP8Linear's
+    own kernels. On CPU, where FP8Linear has no kernels, the composite serves."""
+    if x.dtype not in _FP8_ACTIVATION_DTYPES or x.layout != torch.strided or x.is_nested or _is_dtensor(x):
+        return False
+    if x.is_cuda and not _fp8_mlp._native_fp8_x(x):
+        return False
+    if x.requires_grad and torch.is_grad_enabled():
+        return False
+    return not torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type)
+
+
+def _fp8_linear_state(m):
+    """(weight, weight_scale_inv, bias) of `m` when the FP8 kernels compute what calling
+    it would: a Transformers `FP8Linear` with 128x128 block scales (`block_size` (128,
+    128) or [128, 128]), the dynamic activation scheme (per-token 1x128 groups, quantized
+    in the forward; the static scheme's per-tensor `activation_scale` is another
+    computation), a dense float8_e4m3fn weight whose sizes are multiples of 128, dense
+    float32 `weight_scale_inv` of the block shape [out/128, in/128], and a bias (or None)
+    of [out] elements. Else None: the module's own computation runs.
 
     Per-tensor scales (`block_size=None`) fall back. `scale_fmt="ue8m0"` only rounds
     each block scale to a power of two when quantizing, and dequantizes the same way
     (w * scale), but stores the scales as float8_e8m0fnu: the kernels read float32
     scales in place, and converting would copy them on every call, so those modules
-    fall back too (they fail the float32 test).
+    fall back too (they fail the float32 test). The tensors are the module's own
+    parameters, read in place (no copies, no state)."""
+    if type(m).__name__ != _FP8_LINEAR_NAME:
+        return None
+    state = m.__dict__
+    block = state.get("block_size")
+    if not isinstance(block, (tuple, list)) or tuple(block) != (_FP8_BLOCK, _FP8_BLOCK):
+        return None
+    if state.get("activation_scheme") != "dynamic":
+        return None
+    params = state["_parameters"]
+    if params.get("activation_scale") is not None:
+        return None
+    w, scale, bias = params.get("weight"), params.get("weight_scale_inv"), params.get("bias")
+    if type(w) not in _DENSE_TYPES or w.dtype != _FP8_WEIGHT_DTYPE or w.dim() != 2:
+        return None
+    n, k = w.shape
+    if n % _FP8_BLOCK or k % _FP8_BLOCK:
+        return None
+    if type(scale) not in _DENSE_TYPES or scale.dtype != torch.float32:
+        return None
+    if tuple(scale.shape) != (n // _FP8_BLOCK, k // _FP8_BLOCK):
+        return None
+    if bias is not None and (type(bias) not in _DENSE_TYPES or tuple(bias.shape) != (n,)):
+        return None
+    return w, scale, bias
 
-    On CUDA only where the native FP8 kernels serve x's GPU (the backend says which:
-    `_geglu_mlp_fp8_serves`, the sm_90 engine): elsewhere geglu_mlp_fp8 would run its
-    float32 composite, slower than FP8Linear's own kernels, so the module keeps them. On
-    CPU, where FP8Linear has no kernels, the composite serves.
 
-    The tensors are the modules' own parameters, read in place (no copies, no state)."""
-    if x.dtype not in _FP8_ACTIVATION_DTYPES or x.layout != torch.strided or x.is_nested or _is_dtensor(x):
-        return None
-    if x.is_cuda and not _fp8_mlp._native_fp8_x(x):
-        return None
-    if x.requires_grad and torch.is_grad_enabled():
-        return None
-    if torch.is_autocast_enabled("cuda" if x.is_cuda else x.device.type):
+def _fp8_operands(x: torch.Tensor, *linears):
+    """[weight, weight_scale_inv, ...] of `linears` when geglu_mlp_fp8 computes what
+    calling them would: x one the FP8 kernels serve (_fp8_activation_served) and each
+    linear one they compute (_fp8_linear_state) without a bias, with no hooks (the fused
+    call would skip them) and no forward set on the instance other than this package's
+    FP8Linear layer (kernelize's, which computes the same). Else None."""
+    if not _fp8_activation_served(x):
         return None
     operands = []
     for m in linears:
-        if type(m).__name__ != _FP8_LINEAR_NAME:
-            return None
         state = m.__dict__
-        if state["_forward_hooks"] or state["_forward_pre_hooks"] or "forward" in state:
+        if state.get("_forward_hooks") or state.get("_forward_pre_hooks"):
             return None
-        block = state.get("block_size")
-        if not isinstance(block, (tuple, list)) or tuple(block) != (_FP8_BLOCK, _FP8_BLOCK):
+        forward = state.get("forward")
+        if forward is not None and getattr(forward, "__func__", None) is not FP8Linear.forward:
             return None
-        if state.get("activation_scheme") != "dynamic":
+        linear = _fp8_linear_state(m)
+        if linear is None or linear[2] is not None:
             return None
-        params = state["_parameters"]
-        if params.get("bias") is not None or params.get("activation_scale") is not None:
-            return None
-        w, scale = params.get("weight"), params.get("weight_scale_inv")
-        if type(w) not in _DENSE_TYPES or w.dtype != _FP8_WEIGHT_DTYPE or w.dim() != 2:
-            return None
-        n, k = w.shape
-        if n % _FP8_BLOCK or k % _FP8_BLOCK:
-            return None
-        if type(scale) not in _DENSE_TYPES or scale.dtype != torch.float32:
-            return None
-        if tuple(scale.shape) != (n // _FP8_BLOCK, k // _FP8_BLOCK):
-            return None
-        operands.append(w)
-        operands.append(scale)
+        operands.append(linear[0])
+        operands.append(linear[1])
     return operands
 
 
@@ -430,8 +450,30 @@ class BiasGeluIntermediate(nn.Module):
         return _linear.linear_bias_gelu(hidden_states, weight, bias, approximate=approximate)
 
 
+class FP8Linear(nn.Module):
+    """Transformers' block-scaled `FP8Linear` (FineGrainedFP8Config; hub name
+    "FP8Linear"): `fp8_linear(x, weight, weight_scale_inv, bias)` on the FP8 MLP's
+    engine, reading `weight`, `weight_scale_inv`, `bias`, `block_size` and
+    `activation_scheme` in place. Configurations it does not compute (per-tensor or
+    ue8m0 scales, static activation scales, blocks other than 128x128, sizes not
+    multiples of 128, an x that needs a gradient, autocast, a GPU without the FP8
+    kernels) run the module's own forward (_fp8_linear_state, _fp8_activation_served).
+    The module's hooks run around this forward as around its own."""
+
+    has_backward = True
+    can_torch_compile = True
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        linear = _fp8_linear_state(self) if _fp8_activation_served(input) else None
+        if linear is None:
+            return type(self).forward(self, input)
+        weight, scale, bias = linear
+        return _fp8_gemm.fp8_linear(input, weight, scale, bias)
+
+
 __all__ = [
     "BiasGeluIntermediate",
+    "FP8Linear",
     "GeGLUMLP",
     "Gelu",
     "GeluAndMul",
