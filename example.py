@@ -27,6 +27,7 @@ from kernels import (
     use_kernel_mapping,
 )
 from transformers.activations import GELUActivation, GELUTanh, NewGELUActivation
+from transformers.integrations.finegrained_fp8 import FP8Linear
 from transformers.models.bert.modeling_bert import BertIntermediate
 from transformers.models.gemma.modeling_gemma import GemmaMLP
 from transformers.models.gemma2.modeling_gemma2 import Gemma2MLP
@@ -42,6 +43,7 @@ HUB_LAYER_NAMES = {
     Gemma3MLP: "GeGLUMLP",
     T5DenseGatedActDense: "T5GatedGeluDense",  # T5 v1.1 / Flan-T5 feed-forward
     BertIntermediate: "BiasGeluIntermediate",  # BERT's dense + GELU
+    FP8Linear: "FP8Linear",  # every other linear of a FineGrainedFP8Config model
     GELUTanh: "GeluTanh",
     NewGELUActivation: "NewGELU",
     GELUActivation: "GeLU",
@@ -64,7 +66,8 @@ def local_layer(layer_name, path=Path(__file__).resolve().parent):
 def geglu_mapping(layer=hub_layer):
     mapping = {}
     # Fused-GEMM layers have a backward and compile: one entry serves every mode.
-    for hub_name in ("GeGLUMLP", "T5GatedGeluDense", "BiasGeluIntermediate"):
+    # (FP8Linear keeps the original forward where it needs a gradient: docs/TRANSFORMERS.md.)
+    for hub_name in ("GeGLUMLP", "T5GatedGeluDense", "BiasGeluIntermediate", "FP8Linear"):
         mapping[hub_name] = {device: layer(hub_name) for device in ("cuda", "cpu")}
     # Standalone activations have no backward: inference only, so in Mode.TRAINING
     # kernelize keeps the original forward.
@@ -86,8 +89,8 @@ def kernelize_with_geglu(model, mode=Mode.INFERENCE, layer=hub_layer):
 
 # --8<-- [start:transformers-switch]
 # Transformers' own switch, `use_kernels=True` with a KernelConfig. It needs a
-# `kernels` release inside the range the installed Transformers supports (otherwise
-# Transformers turns its integration off) and an accelerator: KernelConfig takes
+# `kernels` release inside the range the installed Transformers supports (outside it
+# use_kernels=True raises ValueError) and an accelerator: KernelConfig takes
 # cuda/rocm/xpu/... devices, not cpu. inherit_mapping=False uses geglu's layer alone,
 # not also Transformers' default Hub kernels (which it would download).
 def geglu_kernel_config(local_path=None):
@@ -95,6 +98,8 @@ def geglu_kernel_config(local_path=None):
 
     if local_path is not None:  # a local checkout with build/
         return KernelConfig({"GeGLUMLP": f"{local_path}:GeGLUMLP"}, use_local_kernel=True)
+    # trust_remote_code is a bool here (Transformers 5.22 refuses an allow-list); True
+    # trusts this entry's repository, org/geglu, alone.
     repo = ("org/geglu:GeGLUMLP", {"version": 1, "trust_remote_code": True})
     return KernelConfig({"GeGLUMLP": repo}, inherit_mapping=False)
 

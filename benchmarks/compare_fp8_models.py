@@ -1,30 +1,36 @@
-"""Whole-model speed and accuracy of a Gemma whose MLPs are FP8 (Transformers'
+"""Whole-model speed and accuracy of a Gemma loaded as FP8 checkpoints are (Transformers'
 FineGrainedFP8 layout) and kernelized with geglu, against the same bf16 model.
 
 A Gemma-2B- or Gemma-7B-sized GemmaForCausalLM at reduced depth (random weights, bf16)
 runs as:
 
-  bf16 eager   Transformers as is
-  bf16 geglu   kernelized with geglu's layers (example.py's recipe)
-  fp8 geglu    its MLP projections as FineGrainedFP8 `FP8Linear` modules (e4m3 weights,
-               float32 scales per 128x128 block), kernelized: GeGLUMLP runs
-               geglu_mlp_fp8 on them in place
-  no MLP       (--bound) the bf16 model with each MLP's output replaced by zeros: what
-               the rest of the model and generate() cost, so the most any MLP could give
+  bf16 eager        Transformers as is
+  bf16 geglu        kernelized with geglu's layers (example.py's recipe)
+  fp8 geglu         the default FineGrainedFP8Config(): every nn.Linear but lm_head an
+                    FP8Linear (e4m3 weights, float32 scales per 128x128 block), kernelized
+                    with the same recipe: GeGLUMLP runs geglu_mlp_fp8, every other
+                    FP8Linear (attention's q/k/v/o) geglu's FP8Linear layer (fp8_linear)
+  fp8 geglu MLP     only the MLPs' projections FP8 (modules_to_not_convert: attention,
+                    lm_head, embeddings), kernelized: the FP8 MLP alone
+  fp8 transformers  (--transformers-route) the default-config model not kernelized:
+                    Transformers' own FP8 route (the Hub kernel kernels-community/
+                    finegrained-fp8, and DeepGEMM where loadable), which needs that kernel
+                    loadable (the Hub, or a local copy through LOCAL_KERNELS)
+  no MLP            (--bound) the bf16 model with each MLP's output replaced by zeros
 
-On CUDA the FP8 model is the bf16 one saved and reloaded with
-`FineGrainedFP8Config(modules_to_not_convert=...)` quantizing the MLPs only: the
-unkernelized FP8Linear forward (and so an FP8 attention) needs Transformers' Hub
-kernels (finegrained-fp8 / DeepGEMM), which a machine without Hub access cannot load.
-`--swap` (and any CPU run) builds the same modules in place instead, quantizing each MLP
-weight by the rule Transformers' quantizer applies (scale = amax / 448 per block).
+On CUDA the FP8 models are the bf16 one saved and reloaded with FineGrainedFP8Config.
+`--swap` (and any CPU run) builds the same FP8Linear modules in place instead, quantizing
+each weight by the rule Transformers' quantizer applies (scale = amax / 448 per block).
+The kernelized FP8 rows check that every FP8Linear took geglu's layer; an FP8Linear that
+fell back to its own forward would need Transformers' Hub kernels, which an offline
+machine does not have.
 
 Measured: prefill tokens/s (one forward over --prefill tokens, batch 1, logits for the
 last token only), `generate()` tokens/s (greedy, a 128-token prompt, --gen-tokens new
 tokens, batch 1 and 8, the dynamic cache and, on CUDA, the static cache, with which
 generate() compiles each row's decode step), in --rounds interleaved rounds (median and
-min-max; ratios to bf16 eager within each round), and the FP8 model's last-position
-logits against bf16 eager: relative error and top-1 agreement over a batch of prompts.
+min-max; ratios to bf16 eager within each round), and each model's last-position logits
+against bf16 eager: relative error and top-1 agreement over a batch of prompts.
 
     python benchmarks/compare_fp8_models.py --size gemma-7b --layers 8
     python benchmarks/compare_fp8_models.py --device cpu --tiny     # smoke test of the script
@@ -49,9 +55,10 @@ from compare_models import (  # noqa: E402
     REPO, SIZES, build_model, example, generate_once, prefill_tokens_per_s, raise_recompile_limit, sync,
 )
 
-TINY = dict(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=1, head_dim=64)
-ROWS = ["bf16 eager", "bf16 geglu", "fp8 geglu"]
+TINY = dict(hidden_size=256, intermediate_size=512, num_attention_heads=2, num_key_value_heads=1, head_dim=128)
+ROWS = ["bf16 eager", "bf16 geglu", "fp8 geglu", "fp8 geglu MLP"]
 MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 def quantize_blocks(w: torch.Tensor):
@@ -63,19 +70,30 @@ def quantize_blocks(w: torch.Tensor):
     return q, scale.contiguous()
 
 
-def swap_in_fp8_mlps(model):
-    """Each GemmaMLP projection replaced by an FP8Linear holding its quantized weight."""
+def fp8_linear_like(lin):
+    """An FP8Linear holding lin's weight quantized per 128x128 block."""
     from transformers.integrations.finegrained_fp8 import FP8Linear
 
-    for mlp in (m for m in model.modules() if type(m).__name__.endswith("MLP")):
-        for name in MLP_PROJECTIONS:
-            lin = getattr(mlp, name)
-            fp8 = FP8Linear(lin.in_features, lin.out_features, block_size=(128, 128),
-                            activation_scheme="dynamic").to(lin.weight.device)
-            q, s = quantize_blocks(lin.weight.data)
-            fp8.weight = torch.nn.Parameter(q, requires_grad=False)
-            fp8.weight_scale_inv = torch.nn.Parameter(s, requires_grad=False)
-            setattr(mlp, name, fp8)
+    fp8 = FP8Linear(lin.in_features, lin.out_features, has_bias=lin.bias is not None, block_size=(128, 128),
+                    activation_scheme="dynamic").to(lin.weight.device)
+    q, s = quantize_blocks(lin.weight.data)
+    fp8.weight = torch.nn.Parameter(q, requires_grad=False)
+    fp8.weight_scale_inv = torch.nn.Parameter(s, requires_grad=False)
+    if lin.bias is not None:
+        fp8.bias = torch.nn.Parameter(lin.bias.data.clone(), requires_grad=False)
+    return fp8
+
+
+def swap_in_fp8(model, mlp_only: bool):
+    """Each decoder layer's projections (the MLP's only, or also the attention's)
+    replaced by FP8Linear modules, as FineGrainedFP8Config loads them."""
+    for layer in model.model.layers:
+        parts = [(layer.mlp, MLP_PROJECTIONS)]
+        if not mlp_only:
+            parts.append((layer.self_attn, ATTENTION_PROJECTIONS))
+        for parent, names in parts:
+            for name in names:
+                setattr(parent, name, fp8_linear_like(getattr(parent, name)))
     return model
 
 
@@ -92,37 +110,51 @@ def without_mlps(model):
     return model
 
 
-def reload_fp8(model):
-    """The model saved and reloaded with FineGrainedFP8Config quantizing its MLPs."""
+def reload_fp8(model, mlp_only: bool):
+    """The model saved and reloaded with FineGrainedFP8Config: the default (every Linear
+    but lm_head) or, mlp_only, the MLPs' projections alone."""
     from transformers import AutoModelForCausalLM, FineGrainedFP8Config
 
     # Patterns match from the name's start (or as a suffix): "model.layers.0.self_attn.q_proj".
-    keep = [r".*self_attn", "lm_head", r".*embed_tokens"]
+    config = (FineGrainedFP8Config(modules_to_not_convert=[r".*self_attn", "lm_head", r".*embed_tokens"])
+              if mlp_only else FineGrainedFP8Config())
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
-        config = FineGrainedFP8Config(modules_to_not_convert=keep)
         return AutoModelForCausalLM.from_pretrained(tmp, quantization_config=config, dtype=torch.bfloat16,
                                                     device_map=str(model.device)).eval()
+
+
+def fp8_model(base, args, mlp_only: bool):
+    model = (swap_in_fp8(copy.deepcopy(base), mlp_only) if args.swap or args.device != "cuda"
+             else reload_fp8(base, mlp_only))
+    expected = (3 if mlp_only else 7) * args.layers
+    n_fp8 = sum(type(m).__name__ == "FP8Linear" for m in model.modules())
+    if n_fp8 != expected:
+        raise RuntimeError(f"{n_fp8} FP8Linear modules, expected {expected}")
+    return model
 
 
 def make_rows(base, args):
     from kernels import Mode
 
-    rows = {"bf16 eager": base}
-    rows["bf16 geglu"] = example.kernelize_with_geglu(copy.deepcopy(base), mode=Mode.INFERENCE,
-                                                      layer=example.local_layer)
-    fp8 = swap_in_fp8_mlps(copy.deepcopy(base)) if args.swap or args.device != "cuda" else reload_fp8(base)
-    n_fp8 = sum(type(m).__name__ == "FP8Linear" for m in fp8.modules())
-    if n_fp8 != 3 * args.layers:
-        raise RuntimeError(f"{n_fp8} FP8Linear modules, expected {3 * args.layers} (the MLPs' projections)")
-    rows["fp8 geglu"] = example.kernelize_with_geglu(fp8, mode=Mode.INFERENCE, layer=example.local_layer)
-    if getattr(args, "bound", False):
+    def kernelized(model):
+        return example.kernelize_with_geglu(model, mode=Mode.INFERENCE, layer=example.local_layer)
+
+    rows = {"bf16 eager": base, "bf16 geglu": kernelized(copy.deepcopy(base))}
+    rows["fp8 geglu"] = kernelized(fp8_model(base, args, mlp_only=False))
+    rows["fp8 geglu MLP"] = kernelized(fp8_model(base, args, mlp_only=True))
+    if args.transformers_route:
+        rows["fp8 transformers"] = fp8_model(base, args, mlp_only=False)
+    if args.bound:
         rows["no MLP"] = without_mlps(copy.deepcopy(base))
     for name, model in rows.items():
-        if name in ("bf16 geglu", "fp8 geglu"):
-            swapped = example.count_kernelized(model).get("GeGLUMLP", 0)
-            if swapped != args.layers:
-                raise RuntimeError(f"{name}: {swapped} of {args.layers} MLPs kernelized")
+        if name in ("bf16 geglu", "fp8 geglu", "fp8 geglu MLP"):
+            counts = example.count_kernelized(model)
+            if counts.get("GeGLUMLP", 0) != args.layers:
+                raise RuntimeError(f"{name}: {counts.get('GeGLUMLP', 0)} of {args.layers} MLPs kernelized")
+            n_fp8 = sum(type(m).__name__ == "FP8Linear" for m in model.modules())
+            if counts.get("FP8Linear", 0) != n_fp8:
+                raise RuntimeError(f"{name}: {counts.get('FP8Linear', 0)} of {n_fp8} FP8Linear modules kernelized")
     return rows
 
 
@@ -133,7 +165,7 @@ def logits_agreement(rows, vocab, device, batch=8, length=256):
     ids = torch.randint(0, vocab, (batch, length), device=device)
     ref = rows["bf16 eager"](input_ids=ids, logits_to_keep=1).logits.float()
     out = {}
-    for name in ("bf16 geglu", "fp8 geglu"):
+    for name in (n for n in rows if n not in ("bf16 eager", "no MLP")):
         got = rows[name](input_ids=ids, logits_to_keep=1).logits.float()
         out[name] = dict(rel_err=((got - ref).norm() / ref.norm()).item(),
                          top1_agreement=(got.argmax(-1) == ref.argmax(-1)).float().mean().item())
@@ -157,6 +189,8 @@ def main() -> int:
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bound", action="store_true", help="add the 'no MLP' row")
+    ap.add_argument("--transformers-route", action="store_true",
+                    help="add the unkernelized default-config FP8 model (needs kernels-community/finegrained-fp8)")
     args = ap.parse_args()
     if args.tiny:
         args.prefill, args.gen_tokens, args.rounds, args.vocab = 64, 4, 1, 512
@@ -164,13 +198,14 @@ def main() -> int:
     size = TINY if args.tiny else SIZES[args.size]
     base = build_model(size, args.layers, args.vocab, args.device, torch.bfloat16)
     rows = make_rows(base, args)
-    names = ROWS + ["no MLP"] * args.bound
+    names = ROWS + ["fp8 transformers"] * args.transformers_route + ["no MLP"] * args.bound
     warm, iters = (1, 1) if args.tiny else (3, 10)
     results = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                "torch": torch.__version__, "date": datetime.date.today().isoformat(),
                "size": "tiny" if args.tiny else args.size,
                "layers": args.layers, "tiny": args.tiny, "rounds": args.rounds,
-               "fp8_load": "swap" if args.swap or args.device != "cuda" else "FineGrainedFP8Config reload"}
+               "fp8_load": "swap" if args.swap or args.device != "cuda" else "FineGrainedFP8Config reload",
+               "transformers": __import__("transformers").__version__}
     results["logits_vs_bf16_eager"] = logits_agreement(rows, args.vocab, args.device)
 
     torch.manual_seed(2)
@@ -210,7 +245,7 @@ def main() -> int:
     results["vs_bf16_eager"] = {case: {row: spread(v) for row, v in rs.items()} for case, rs in ratios.items()}
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "fp8_models.json").write_text(json.dumps(results, indent=1))
-    print(f"\n{results['device']}, {results['size']} x {args.layers} layers, FP8 MLPs by {results['fp8_load']}")
+    print(f"\n{results['device']}, {results['size']} x {args.layers} layers, FP8 modules by {results['fp8_load']}")
     print("| case | " + " | ".join(names) + " |")
     for case in cases:
         cells = [f"{results['tokens_per_s'][case][row]['median']:.0f} tok/s "

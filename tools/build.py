@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -265,23 +266,57 @@ def supported_capabilities(nvcc: str, wanted: list[str]) -> list[str]:
     return [c for c in wanted if c.removesuffix("+PTX").replace(".", "").rstrip("af") in have]
 
 
+def cutlass_version(include: Path) -> str:
+    """"major.minor.patch" of the CUTLASS headers under include/ (cutlass/version.h)."""
+    text = (include / "cutlass" / "version.h").read_text()
+    parts = [re.search(rf"#define CUTLASS_{p}\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+    if not all(parts):
+        raise BuildError(f"{include}/cutlass/version.h: no CUTLASS_MAJOR/MINOR/PATCH")
+    return ".".join(m.group(1) for m in parts)
+
+
+_NOTED_CUTLASS: set[str] = set()  # dependencies whose wheel-version note was printed
+
+
 def dependency_includes(kernel: KernelSection) -> list[str]:
     """Include directories of a section's C++ dependencies. kernel-builder's Nix builds
-    take `cutlass_<major>_<minor>` from nixpkgs; here the headers come from the
-    `nvidia-cutlass` wheel pinned in requirements.txt (cutlass_library/source/include)."""
+    take `cutlass_<major>_<minor>` from nixpkgs. Here: the headers under
+    $CUTLASS_PATH/include when set (a checkout of the release build.toml names; its
+    version must be the one named), otherwise those of the `nvidia-cutlass` wheel
+    pinned in requirements.txt (cutlass_library/source/include), whose version may
+    differ from the release's: the build says so (docs/BUILDING.md)."""
     dirs = []
     for dep in kernel.depends:
         if dep == "torch":
             continue
-        if not dep.startswith("cutlass_"):
+        if not re.fullmatch(r"cutlass_\d+_\d+", dep):
             raise BuildError(f"build.toml: kernel.{kernel.name} depends on {dep!r}, which this builder cannot provide")
-        spec = importlib.util.find_spec("cutlass_library")
-        include = Path(spec.origin).parent / "source" / "include" if spec and spec.origin else None
-        if include is None or not (include / "cute" / "tensor.hpp").is_file():
-            raise BuildError(
-                f"build.toml: kernel.{kernel.name} depends on {dep}: install the nvidia-cutlass wheel "
-                "(pinned in requirements.txt) for its headers"
-            )
+        wanted = dep.removeprefix("cutlass_").replace("_", ".")
+        if os.environ.get("CUTLASS_PATH"):
+            include = Path(os.environ["CUTLASS_PATH"]) / "include"
+            if not (include / "cute" / "tensor.hpp").is_file():
+                raise BuildError(f"CUTLASS_PATH={os.environ['CUTLASS_PATH']}: no include/cute/tensor.hpp there")
+            have = cutlass_version(include)
+            if not have.startswith(wanted + "."):
+                raise BuildError(
+                    f"build.toml: kernel.{kernel.name} depends on {dep}, but CUTLASS_PATH holds CUTLASS {have}"
+                )
+        else:
+            spec = importlib.util.find_spec("cutlass_library")
+            include = Path(spec.origin).parent / "source" / "include" if spec and spec.origin else None
+            if include is None or not (include / "cute" / "tensor.hpp").is_file():
+                raise BuildError(
+                    f"build.toml: kernel.{kernel.name} depends on {dep}: set CUTLASS_PATH to a CUTLASS {wanted} "
+                    "checkout, or install the nvidia-cutlass wheel (pinned in requirements.txt) for its headers"
+                )
+            have = cutlass_version(include)
+            if not have.startswith(wanted + ".") and dep not in _NOTED_CUTLASS:
+                _NOTED_CUTLASS.add(dep)
+                print(
+                    f"build: kernel.{kernel.name}: CUTLASS {have} headers (nvidia-cutlass wheel); the release "
+                    f"build takes {dep}: set CUTLASS_PATH to build with those",
+                    file=sys.stderr,
+                )
         dirs.append(str(include))
     return dirs
 
