@@ -42,6 +42,7 @@ SHAPES = {  # name: (tokens, dim, hidden)
     "blog": (8192, 768, 3072),
     "gemma2b": (4096, 2048, 16384),
     "gemma7b": (4096, 3072, 24576),
+    "gemma7b_32tok": (32, 3072, 24576),
     "gemma7b_16tok": (16, 3072, 24576),
     "gemma7b_1tok": (1, 3072, 24576),
     "gemma2b_16tok": (16, 2048, 16384),

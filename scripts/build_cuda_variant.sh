@@ -23,6 +23,16 @@ fi
   ninja==1.13.0 numpy kernels==0.17.2 kernels-data==0.16.2 kernel-abi-check==0.14.1 nvidia-cutlass==4.2.0.0 \
   || { echo "build_cuda_variant: could not install torch 2.13.0 (CUDA) from PyPI" >&2; exit 1; }
 "$VENV/bin/python" -c "import torch; assert torch.version.cuda, torch.__version__; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+# The CUTLASS headers of the release builds (build.toml's cutlass_4_4: kernel-builder's
+# 4.4.2), not the nvidia-cutlass wheel's 4.2 (docs/BUILDING.md#cutlass).
+if [ -z "${CUTLASS_PATH:-}" ]; then
+  CUTLASS_PATH=.cache/cutlass-v4.4.2
+  if [ ! -f "$CUTLASS_PATH/include/cutlass/version.h" ]; then
+    git clone -q --depth 1 -b v4.4.2 https://github.com/NVIDIA/cutlass "$CUTLASS_PATH" \
+      || { echo "build_cuda_variant: could not clone CUTLASS v4.4.2; set CUTLASS_PATH to a checkout of it" >&2; exit 1; }
+  fi
+fi
+export CUTLASS_PATH
 "$VENV/bin/python" -m tools.build --backend cuda --no-noarch --skip-load-check --out build-cu130 --work .cache/build-cu130
 test -f build-cu130/torch-stable-abi210-cu130-x86_64-linux/metadata.json
 test -f build-cu130/torch213-cxx11-cu130-x86_64-linux/metadata.json

@@ -12,7 +12,7 @@
 // CTA tile BM x (128 gate + 128 up) x 128: one 128-column block of h per tile, so a
 // row of the tile's h is exactly one quantization group and its scale is computed in
 // registers (a max over the quad of threads that share the row). 64 rows per consumer
-// warp group: Cooperative 128-row tiles, or Pingpong 64-row ones (fp8_mlp_sm90.cu picks).
+// warp group: Cooperative 128-row tiles (fp8_mlp_sm90.cu says why not Pingpong 64-row ones).
 //
 // Mainloop (Fp8GegluMainloopSm90): CUTLASS's blockwise-scaled FP8 mainloop
 // (sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling) with

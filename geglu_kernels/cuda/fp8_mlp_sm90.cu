@@ -43,11 +43,15 @@ LayoutSFB weight_scale_layout(int N, int K) {
 }
 
 // ------------------------------------------------------------------ gate/up + GeGLU + quantize h
-// BM rows x (128 gate + 128 up) columns per tile; m64n128k32 wgmmas, one warp group per 64
-// rows: Cooperative (BM = 128, two warp groups on one tile) or Pingpong (BM = 64, the
-// two warp groups on alternate tiles, one's epilogue under the other's mainloop).
-template <int BM, class KernelSchedule, int Stages>
+// 128 rows x (128 gate + 128 up) columns per tile; m64n128k32 wgmmas, Cooperative: the two
+// warp groups on one tile, 64 rows each. CUTLASS 4.3 and newer (the release builds' 4.4)
+// take 128- or 256-row tiles only in the blockwise-scaled mainloop: Pingpong's 64-row
+// tiles, faster at 17-64 tokens under CUTLASS 4.2 (Gemma-7B, 16 tokens: 72.5 against 77.8
+// us, H100, 2026-11-27, check_fp8_mlp_h100.log), do not compile there.
 struct GateUpGemm {
+  static constexpr int BM = 128;
+  static constexpr int Stages = 4;  // 4 stages of 16 KB A + 32 KB B (+ scales)
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum;
   using TileShape = Shape<Int<BM>, _256, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
   using TiledMma = decltype(make_tiled_mma(
@@ -68,9 +72,6 @@ struct GateUpGemm {
                                                       cutlass::gemm::PersistentScheduler>;
 };
 
-// 4 stages of 16 KB A + 32 KB B (+ scales); 5 of 8 + 32 KB.
-using GateUpCooperative = GateUpGemm<128, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum, 4>;
-using GateUpPingpong = GateUpGemm<64, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum, 5>;
 
 struct GateUpArgs {  // the params-cache key: zeroed, padding included, before it is filled
   const void* xq;
@@ -154,13 +155,10 @@ struct Down {
                                                       TileScheduler>;
 };
 
-// The routes by token count (H100, 2026-11-27, check_fp8_mlp_h100.log): at up to
-// kDecodeTokens, a weight read, the gate/up on Pingpong's 64-row tiles (Gemma-7B, 16
-// tokens: 72.5 us against Cooperative's 77.8 and stream-K's 81.5) and the down projection
-// stream-K (57.1 against 79.3: its 128-column tiles are 24 for 132 SMs, so K is split
-// across CTAs and the last of a tile sums the partials); above, Cooperative tiles (1078
-// against Pingpong's 1462 at Gemma-7B, 4096 tokens: its 64-row tiles read the weights
-// twice as often) and a data-parallel down projection.
+// The down projection's routes by token count (H100, 2026-11-27, check_fp8_mlp_h100.log):
+// at up to kDecodeTokens, a weight read, stream-K (Gemma-7B, 16 tokens: 57.1 us against
+// 79.3: its 128-column tiles are 24 for 132 SMs, so K is split across CTAs and the last of
+// a tile sums the partials); above, data-parallel tiles.
 constexpr int64_t kDecodeTokens = 64;
 template <class Element>
 using DownStreamK = Down<Element, cutlass::gemm::StreamKScheduler>;
@@ -251,7 +249,7 @@ extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t l
   }
   const GateUpArgs a = gate_up_args(xq, sx, ld_sx, M, K, wg, sg, wu, su, H, hq, sh, ld_sh, approximate);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return M <= kDecodeTokens ? run_gate_up<GateUpPingpong>(a, s) : run_gate_up<GateUpCooperative>(a, s);
+  return run_gate_up<GateUpGemm>(a, s);
 }
 
 extern "C" int64_t geglu_fp8_sm90_workspace_bytes(int64_t M, int64_t H, int64_t N) {
