@@ -149,6 +149,8 @@ def fp8_linear(
     _check_inference_only(x, residual)
     if _native_fp8_x(x) and all_plain(weight, weight_scale_inv, bias, residual):
         n = weight.shape[0] if weight.dim() == 2 else -1
+        if bias is not None:  # checked as itself before it is folded into c
+            _check_fp8_linear(x, weight, weight_scale_inv, bias, residual)
         try:
             c = _epilogue_source(x, n, bias, residual) if bias is not None else residual
             return ops._fp8_linear.default(_dense16(x), _dense16(weight), _dense16(weight_scale_inv), _dense16(c))
