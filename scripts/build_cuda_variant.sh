@@ -24,15 +24,18 @@ fi
   || { echo "build_cuda_variant: could not install torch 2.13.0 (CUDA) from PyPI" >&2; exit 1; }
 "$VENV/bin/python" -c "import torch; assert torch.version.cuda, torch.__version__; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 # The CUTLASS headers of the release builds (build.toml's cutlass_4_4: kernel-builder's
-# 4.4.2), not the nvidia-cutlass wheel's 4.2 (docs/BUILDING.md#cutlass).
-if [ -z "${CUTLASS_PATH:-}" ]; then
-  CUTLASS_PATH=.cache/cutlass-v4.4.2
-  if [ ! -f "$CUTLASS_PATH/include/cutlass/version.h" ]; then
-    git clone -q --depth 1 -b v4.4.2 https://github.com/NVIDIA/cutlass "$CUTLASS_PATH" \
-      || { echo "build_cuda_variant: could not clone CUTLASS v4.4.2; set CUTLASS_PATH to a checkout of it" >&2; exit 1; }
-  fi
+# 4.4.2), not the nvidia-cutlass wheel's 4.2 (docs/BUILDING.md#cutlass): CUTLASS_PATH, or
+# fetched by scripts/fetch_cutlass.sh. GEGLU_CUTLASS_WHEEL=1 compiles against the wheel's
+# headers instead (CI's compile check where GitHub is out of reach).
+if [ "${GEGLU_CUTLASS_WHEEL:-0}" = 1 ]; then
+  unset CUTLASS_PATH
+  echo "build_cuda_variant: GEGLU_CUTLASS_WHEEL=1: the nvidia-cutlass wheel's headers, not the release's CUTLASS" >&2
+else
+  CUTLASS_PATH=${CUTLASS_PATH:-$(bash scripts/fetch_cutlass.sh)} \
+    || { echo "build_cuda_variant: no CUTLASS 4.4.2: set CUTLASS_PATH to a checkout of v4.4.2" \
+           "(or GEGLU_CUTLASS_WHEEL=1 for the nvidia-cutlass wheel's headers)" >&2; exit 1; }
+  export CUTLASS_PATH
 fi
-export CUTLASS_PATH
 "$VENV/bin/python" -m tools.build --backend cuda --no-noarch --skip-load-check --out build-cu130 --work .cache/build-cu130
 test -f build-cu130/torch-stable-abi210-cu130-x86_64-linux/metadata.json
 test -f build-cu130/torch213-cxx11-cu130-x86_64-linux/metadata.json
