@@ -32,7 +32,10 @@ from transformers.models.bert.modeling_bert import BertIntermediate
 from transformers.models.gemma.modeling_gemma import GemmaMLP
 from transformers.models.gemma2.modeling_gemma2 import Gemma2MLP
 from transformers.models.gemma3.modeling_gemma3 import Gemma3MLP
+from transformers.models.gemma4.modeling_gemma4 import Gemma4TextMLP
 from transformers.models.t5.modeling_t5 import T5DenseGatedActDense
+from transformers.models.t5gemma.modeling_t5gemma import T5GemmaMLP
+from transformers.models.vaultgemma.modeling_vaultgemma import VaultGemmaMLP
 
 # 1. Hub layer names for the modules geglu replaces. Transformers names its GELU
 #    classes itself when its kernels integration is active, and no MLP at all:
@@ -41,6 +44,9 @@ HUB_LAYER_NAMES = {
     GemmaMLP: "GeGLUMLP",  # the name Transformers' own mapping uses for GeGLU MLPs
     Gemma2MLP: "GeGLUMLP",
     Gemma3MLP: "GeGLUMLP",
+    Gemma4TextMLP: "GeGLUMLP",  # Gemma 4's dense MLP (its double-wide layers too)
+    VaultGemmaMLP: "GeGLUMLP",
+    T5GemmaMLP: "T5GemmaMLP",  # T5Gemma's MLP (a dropout between the projections)
     T5DenseGatedActDense: "T5GatedGeluDense",  # T5 v1.1 / Flan-T5 feed-forward
     BertIntermediate: "BiasGeluIntermediate",  # BERT's dense + GELU
     FP8Linear: "FP8Linear",  # every other linear of a FineGrainedFP8Config model
@@ -67,7 +73,7 @@ def geglu_mapping(layer=hub_layer):
     mapping = {}
     # Fused-GEMM layers have a backward and compile: one entry serves every mode.
     # (FP8Linear keeps the original forward where it needs a gradient: docs/TRANSFORMERS.md.)
-    for hub_name in ("GeGLUMLP", "T5GatedGeluDense", "BiasGeluIntermediate", "FP8Linear"):
+    for hub_name in ("GeGLUMLP", "T5GemmaMLP", "T5GatedGeluDense", "BiasGeluIntermediate", "FP8Linear"):
         mapping[hub_name] = {device: layer(hub_name) for device in ("cuda", "cpu")}
     # Standalone activations have no backward: inference only, so in Mode.TRAINING
     # kernelize keeps the original forward.
@@ -147,6 +153,32 @@ def tiny_model(kind: str, *, seed: int = 0, dropout: float = 0.0):
             **common,
         )
         return model_cls(config)
+    if kind == "gemma4":  # 3 layers, the last sharing the KV cache with a double-wide MLP
+        config = tf.Gemma4TextConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            layer_types=["sliding_attention", "full_attention", "full_attention"],
+            num_kv_shared_layers=1,
+            use_double_wide_mlp=True,
+            num_key_value_heads=1,
+            head_dim=16,
+            attention_dropout=dropout,
+            **common,
+        )
+        return tf.Gemma4ForCausalLM(config)
+    if kind == "vaultgemma":
+        config = tf.VaultGemmaConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_key_value_heads=1, head_dim=16,
+            attention_dropout=dropout, **common,
+        )  # fmt: skip
+        return tf.VaultGemmaForCausalLM(config)
+    if kind == "t5gemma":  # 2 encoder + 2 decoder layers
+        side = tf.T5GemmaModuleConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_key_value_heads=1, head_dim=16,
+            dropout_rate=dropout, attention_dropout=dropout, **common,
+        )  # fmt: skip
+        return tf.T5GemmaForConditionalGeneration(tf.T5GemmaConfig(encoder=side, decoder=side, vocab_size=128))
     if kind == "t5":
         config = tf.T5Config(
             d_model=64,
@@ -204,7 +236,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", choices=("local", "hub"), default="local", help="local build/ or org/geglu v1")
-    ap.add_argument("--model", choices=("gemma", "gemma2", "gemma3", "t5", "bert"), default="gemma")
+    ap.add_argument("--model", choices=("gemma", "gemma2", "gemma3", "gemma4", "vaultgemma", "t5gemma", "t5", "bert"),
+                    default="gemma")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="default: bfloat16 on GPU")
     args = ap.parse_args(argv)

@@ -29,7 +29,10 @@ from transformers.models.bert.modeling_bert import BertIntermediate
 from transformers.models.gemma.modeling_gemma import GemmaMLP
 from transformers.models.gemma2.modeling_gemma2 import Gemma2MLP
 from transformers.models.gemma3.modeling_gemma3 import Gemma3MLP
+from transformers.models.gemma4.modeling_gemma4 import Gemma4TextConfig, Gemma4TextMLP
 from transformers.models.t5.modeling_t5 import T5DenseGatedActDense
+from transformers.models.t5gemma.modeling_t5gemma import T5GemmaMLP, T5GemmaModuleConfig
+from transformers.models.vaultgemma.modeling_vaultgemma import VaultGemmaConfig, VaultGemmaMLP
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 DTYPES = [torch.float32, torch.bfloat16]
@@ -90,6 +93,9 @@ REPLACES = [
     ("GeGLUMLP", GemmaMLP),
     ("GeGLUMLP", Gemma2MLP),
     ("GeGLUMLP", Gemma3MLP),
+    ("GeGLUMLP", Gemma4TextMLP),
+    ("GeGLUMLP", VaultGemmaMLP),
+    ("T5GemmaMLP", T5GemmaMLP),
     ("T5GatedGeluDense", T5DenseGatedActDense),
     ("BiasGeluIntermediate", BertIntermediate),
     ("FP8Linear", TransformersFP8Linear),
@@ -383,6 +389,61 @@ def test_t5_gated_gelu_dense_keeps_wo_in_float32(kernel, device):
     ref = block(x)
     assert out.dtype == ref.dtype == torch.float32
     assert rel_err(out, as_float64(block)(x.double())) < tol(device, torch.bfloat16)
+
+
+# --------------------------------------------------------------------------- Gemma 4, VaultGemma, T5Gemma
+
+
+def newer_gemma_mlp(kind: str, device, dtype, dropout: float = 0.0) -> nn.Module:
+    """Gemma 4's double-wide MLP (the KV-shared layer of a model with use_double_wide_mlp:
+    2 x intermediate), VaultGemma's, or T5Gemma's (a dropout between the projections)."""
+    if kind == "gemma4 double-wide":
+        config = Gemma4TextConfig(hidden_size=HIDDEN, intermediate_size=INTER // 2, num_hidden_layers=2,
+                                  num_kv_shared_layers=1, use_double_wide_mlp=True)
+        mlp = Gemma4TextMLP(config, layer_idx=1)
+        assert mlp.intermediate_size == INTER
+    elif kind == "vaultgemma":
+        mlp = VaultGemmaMLP(VaultGemmaConfig(hidden_size=HIDDEN, intermediate_size=INTER))
+    else:
+        mlp = T5GemmaMLP(T5GemmaModuleConfig(hidden_size=HIDDEN, intermediate_size=INTER, dropout_rate=dropout))
+    return mlp.to(device, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["gemma4 double-wide", "vaultgemma", "t5gemma"])
+def test_newer_gemma_mlps_are_one_fused_mlp(kernel, monkeypatch, device, dtype, kind):
+    """Gemma 4's (double-wide included), VaultGemma's and T5Gemma's MLPs (tanh GELU; T5Gemma's
+    dropout inactive: eval) run as one fused MLP; forward and backward against float64."""
+    calls = spy(monkeypatch, kernel.linear, "mlp_layer_entry")
+    mlp = newer_gemma_mlp(kind, device, dtype, dropout=0.1).eval()
+    mlp64 = as_float64(mlp)
+    x = torch.randn(2, 9, HIDDEN, device=device).to(dtype).requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    layer = kernel.layers.T5GemmaMLP if kind == "t5gemma" else kernel.layers.GeGLUMLP
+    out = call_layer(layer, mlp, x)
+    ref = mlp64(x64)
+    assert len(calls) == 1 and calls[0]["approximate"] == "tanh"
+    assert out.shape == ref.shape and out.dtype == dtype
+    bound = tol(device, dtype, gemm=True)
+    assert rel_err(out, ref) < bound
+    check_grads(out, ref, [x, *mlp.parameters()], [x64, *mlp64.parameters()], 2 * bound)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_t5gemma_mlp_with_active_dropout_runs_the_module(kernel, monkeypatch, device):
+    """In training with dropout p > 0 T5GemmaMLP is the module's own forward: same RNG
+    stream, same mask, same output; the fused kernels are not called."""
+    fused, gate_up = spy(monkeypatch, kernel.linear, "mlp_layer_entry"), spy(monkeypatch, kernel.linear, "geglu_linear")
+    mlp = newer_gemma_mlp("t5gemma", device, torch.float32, dropout=0.3).train()
+    x = torch.randn(2, 9, HIDDEN, device=device)
+    torch.manual_seed(7)
+    out = call_layer(kernel.layers.T5GemmaMLP, mlp, x)
+    torch.manual_seed(7)
+    assert torch.equal(out, mlp(x))
+    assert fused == [] and gate_up == []
+    torch.manual_seed(8)  # another mask: the output really depends on dropout
+    assert rel_err(call_layer(kernel.layers.T5GemmaMLP, mlp, x), out) > 1e-2
 
 
 # --------------------------------------------------------------------------- BiasGeluIntermediate

@@ -25,13 +25,16 @@ import example  # noqa: E402  (the recipe under test: the README's code)
 from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
-GENERATIVE = ["gemma", "t5"]
-ALL_MODELS = ["gemma", "gemma2", "gemma3", "t5", "bert"]
+GENERATIVE = ["gemma", "gemma4", "t5gemma", "t5"]
+ALL_MODELS = ["gemma", "gemma2", "gemma3", "gemma4", "vaultgemma", "t5gemma", "t5", "bert"]
 # Per model: the hub names whose forwards the recipe swaps in inference (and how many).
 SWAPPED_INFERENCE = {
     "gemma": {"GeGLUMLP": 2, "GeluTanh": 2},
     "gemma2": {"GeGLUMLP": 2, "GeluTanh": 2},
     "gemma3": {"GeGLUMLP": 2, "GeluTanh": 2},
+    "gemma4": {"GeGLUMLP": 3, "GeluTanh": 6},  # + each layer's per-layer-input gate
+    "vaultgemma": {"GeGLUMLP": 2, "GeluTanh": 2},
+    "t5gemma": {"T5GemmaMLP": 4, "GeluTanh": 4},  # 2 encoder + 2 decoder layers
     "t5": {"T5GatedGeluDense": 4, "NewGELU": 4},  # 2 encoder + 2 decoder blocks
     "bert": {"BiasGeluIntermediate": 2, "GeLU": 3},  # + the MLM head's transform
 }

@@ -386,7 +386,8 @@ _is_grad_enabled = torch.is_grad_enabled
 
 class GeGLUMLP(nn.Module):
     """`down_proj(act_fn(gate_proj(x)) * up_proj(x))` for Gemma-family MLPs
-    (`GemmaMLP`, `Gemma2MLP`, `Gemma3MLP`; Transformers' hub name "GeGLUMLP").
+    (`GemmaMLP`, `Gemma2MLP`, `Gemma3MLP`, `Gemma4TextMLP` with its double-wide layers,
+    `VaultGemmaMLP`; Transformers' hub name "GeGLUMLP").
 
     Runs as two fused GEMMs: gate and up with the GeGLU in the epilogue, then down.
     Reads `gate_proj`, `up_proj`, `down_proj` (nn.Linear) and `act_fn`, whose GELU
@@ -403,6 +404,23 @@ class GeGLUMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.requires_grad and _is_compiling() and _is_grad_enabled():
             return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return _gated_gelu_mlp(x, *_submodules(self, "gate_proj", "up_proj", "down_proj", "act_fn"))
+
+
+class T5GemmaMLP(nn.Module):
+    """T5Gemma's MLP (`T5GemmaMLP`): `down_proj(dropout(act_fn(gate_proj(x)) *
+    up_proj(x)))`. With its dropout inactive (eval, or p = 0, T5Gemma's default) that is
+    GeGLUMLP's computation, routes included (FP8Linear projections too); with dropout
+    active, the module's own forward (the kernels have no dropout, and T5Gemma, unlike
+    T5, does not cast h to `down_proj`'s dtype)."""
+
+    has_backward = True
+    can_torch_compile = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dropout = self.dropout
+        if (dropout.training and dropout.p > 0) or (x.requires_grad and _is_compiling() and _is_grad_enabled()):
+            return type(self).forward(self, x)
         return _gated_gelu_mlp(x, *_submodules(self, "gate_proj", "up_proj", "down_proj", "act_fn"))
 
 
@@ -480,4 +498,5 @@ __all__ = [
     "GeluTanh",
     "GeluTanhAndMul",
     "T5GatedGeluDense",
+    "T5GemmaMLP",
 ]
