@@ -217,7 +217,8 @@ def test_two_releases_keep_users_pinned_to_version_1_loading(release_build, tmp_
     first = load_offline(mirror, version=VERSION)
     assert first["variant"] == LOCAL_CPU and first["commit"] == c1 and "layers" in first["all"]
     readme = (mirror / f"kernels--{REPO_ID.replace('/', '--')}" / "snapshots" / ref(mirror, "main") / "README.md").read_text()
-    assert f'get_kernel("{REPO_ID}", version={VERSION})' in readme and "{{" not in readme and LOCAL_CPU in readme
+    call = f'get_kernel("{REPO_ID}", version={VERSION}, trust_remote_code=["{REPO_ID}"])'
+    assert call in readme and "{{" not in readme and LOCAL_CPU in readme
 
     # Release 2: a new source commit that adds a module to every variant and a variant
     # for another torch; the branch keeps everything release 1 had.
