@@ -1,6 +1,6 @@
 #pragma once
 // The activation ops each backend implements (geglu_kernels/cpu/geglu_cpu.cpp,
-// geglu_kernels/cuda/ops.cpp), over torch's stable ABI: the binding
+// geglu_kernels/cuda/activation/ops.cpp), over torch's stable ABI: the binding
 // (torch-ext/torch_binding.cpp) registers them, and the per-layer ops (torch-ext/) run
 // them between their GEMMs. A build links exactly one backend.
 

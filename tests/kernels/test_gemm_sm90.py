@@ -1,4 +1,4 @@
-"""The Hopper GEMM engine (geglu_kernels/cuda/geglu_gemm_sm90.cu) through the op
+"""The Hopper GEMM engine (geglu_kernels/cuda/sm90/bf16/geglu_gemm_sm90.cu) through the op
 `_geglu_linear` (geglu_linear's inference op, which routes aligned bf16/fp16 calls to it),
 on an sm_90 GPU only: gelu(x @ w_gate.T + b_gate) * (x @ w_up.T +
 b_up) against a float64 reference over a grid of token counts and sizes (tails of every

@@ -1,5 +1,5 @@
-"""Check and time the decode linear (geglu_kernels/cuda/decode_sm90.cu, built as
-.sm90dev/libdecode_sm90.so by `build_lib.sh geglu_kernels/cuda/decode_sm90.cu
+"""Check and time the decode linear (geglu_kernels/cuda/sm90/decode/decode_sm90.cu, built as
+.sm90dev/libdecode_sm90.so by `build_lib.sh geglu_kernels/cuda/sm90/decode/decode_sm90.cu
 libdecode_sm90`): the MLP's down projection at 1-4 tokens against cuBLAS's addmm, at a
 GeGLU MLP's decode shapes.
 

@@ -1,4 +1,4 @@
-"""Check and time the bias + GELU linear for Hopper (geglu_kernels/cuda/linear_gelu_sm90.cu,
+"""Check and time the bias + GELU linear for Hopper (geglu_kernels/cuda/sm90/bf16/linear_gelu_sm90.cu,
 built alone into .sm90dev/liblinear_gelu_sm90.so by build_lib.sh, see its header) against
 cuBLAS(Lt): torch._addmm_activation (tanh GELU in cuBLASLt's epilogue), F.linear + F.gelu
 (exact GELU: a second pass) and F.linear alone (no activation: what the GEMM costs).

@@ -1,6 +1,6 @@
-"""Check and time the split-K swap-AB down projection (geglu_kernels/cuda/linear_swapab_sm90.cu,
+"""Check and time the split-K swap-AB down projection (geglu_kernels/cuda/sm90/bf16/linear_swapab_sm90.cu,
 built as .sm90dev/liblinear_swapab_sm90.so by `build_lib.sh
-geglu_kernels/cuda/linear_swapab_sm90.cu liblinear_swapab_sm90`) against cuBLAS's addmm and
+geglu_kernels/cuda/sm90/bf16/linear_swapab_sm90.cu liblinear_swapab_sm90`) against cuBLAS's addmm and
 the decode linear (decode_sm90.cu, 1-4 tokens), alone and in the MLP after the swap-AB
 gate/up, at a GeGLU MLP's decode shapes.
 

@@ -1,5 +1,5 @@
-"""Check and time the one-kernel decode MLP (geglu_kernels/cuda/mlp_fused_sm90.cu, built as
-.sm90dev/libmlp_fused_sm90.so by `build_lib.sh geglu_kernels/cuda/mlp_fused_sm90.cu
+"""Check and time the one-kernel decode MLP (geglu_kernels/cuda/sm90/decode/mlp_fused_sm90.cu, built as
+.sm90dev/libmlp_fused_sm90.so by `build_lib.sh geglu_kernels/cuda/sm90/decode/mlp_fused_sm90.cu
 libmlp_fused_sm90`) against the two kernels it replaced: the swap-AB gate/up followed by
 the split-K down projection (or, at 1-4 tokens, the decode linear), the libraries
 check_linear_swapab.py uses.

@@ -1,5 +1,5 @@
-"""Check and time the swap-AB gate/up (geglu_kernels/cuda/geglu_swapab_sm90.cu, built as
-.sm90dev/libgeglu_swapab_sm90.so by `build_lib.sh geglu_kernels/cuda/geglu_swapab_sm90.cu
+"""Check and time the swap-AB gate/up (geglu_kernels/cuda/sm90/bf16/geglu_swapab_sm90.cu, built as
+.sm90dev/libgeglu_swapab_sm90.so by `build_lib.sh geglu_kernels/cuda/sm90/bf16/geglu_swapab_sm90.cu
 libgeglu_swapab_sm90`) against the engine's small-M tile (the op's route above 32 tokens),
 cuBLAS's merged GEMM (with and without torch's GeGLU after it). The MLP rows pair each
 gate/up with the down projection the op runs after it (with --decode-lib, the decode

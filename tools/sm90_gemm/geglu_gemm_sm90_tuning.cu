@@ -1,5 +1,5 @@
 // The tuner's build of the Hopper GEMM engine: the product's collectives and kernel
-// (geglu_kernels/cuda/geglu_gemm_sm90.cuh) in the product's four variants, under the same
+// (geglu_kernels/cuda/sm90/bf16/geglu_gemm_sm90.cuh) in the product's four variants, under the same
 // ids, and eight more that the shape pick does not use, behind a tuning C ABI that
 // names the variant and the scheduler settings per call, for check_and_bench.py,
 // ncu_probe.py, check_linear.py and check_swap.py. Built by build.sh into
@@ -30,9 +30,9 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
-#include "gate_up_launch.cuh"
-#include "geglu_gemm_sm90.cuh"
-#include "sm90_launcher.cuh"  // sm90_status.h: the status codes and dtype values
+#include "sm90/common/gate_up_launch.cuh"
+#include "sm90/bf16/geglu_gemm_sm90.cuh"
+#include "sm90/common/sm90_launcher.cuh"  // sm90_status.h: the status codes and dtype values
 
 namespace geglu_sm90_tuning {
 

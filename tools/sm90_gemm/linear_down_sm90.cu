@@ -3,7 +3,7 @@
 //
 //   out[m, n] = sum_k x[m, k] W[n, k] + bias[n] + residual[m, n]
 //
-// the engine's bias + GELU GEMM (geglu_kernels/cuda/linear_gelu_sm90.cu) without the
+// the engine's bias + GELU GEMM (geglu_kernels/cuda/sm90/bf16/linear_gelu_sm90.cu) without the
 // activation and with the residual as the epilogue's C source (beta = 1; without one,
 // beta = 0 and the epilogue loads no source). Built alone by build_lib.sh into
 // .sm90dev/liblinear_down_sm90.so and timed against cuBLAS by check_linear_down.py.
@@ -22,7 +22,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
-#include "sm90_launcher.cuh"
+#include "sm90/common/sm90_launcher.cuh"
 
 namespace down_gemm {
 

@@ -34,7 +34,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/device_kernel.h"
 
-#include "sm90_launcher.cuh"  // device query (its Runner has no workspace: not used here)
+#include "sm90/common/sm90_launcher.cuh"  // device query (its Runner has no workspace: not used here)
 
 namespace small_m_linear {
 

@@ -1,4 +1,4 @@
-// Probe (tools only): the one-kernel MLP (geglu_kernels/cuda/mlp_fused_sm90.cu) with its
+// Probe (tools only): the one-kernel MLP (geglu_kernels/cuda/sm90/decode/mlp_fused_sm90.cu) with its
 // persistent grid set to `ctas` CTAs instead of one per SM. The question it answers: is
 // the last, partly filled round of work units what keeps the kernel from the read rate?
 // At Gemma-7B 576 equal units fill 132 CTAs 4.36 times, so 48 CTAs run a fifth unit while
@@ -6,7 +6,7 @@
 //
 //   tools/sm90_gemm/build_lib.sh tools/sm90_gemm/mlp_fused_grid_probe.cu libmlp_fused_grid_probe
 
-#include "mlp_fused_sm90.cu"
+#include "sm90/decode/mlp_fused_sm90.cu"
 
 namespace {
 

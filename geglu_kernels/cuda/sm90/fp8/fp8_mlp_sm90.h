@@ -19,7 +19,7 @@
 // (scales 4-byte); the current device of compute capability 9.0.
 #include <stdint.h>
 
-#include "sm90_status.h"
+#include "sm90/common/sm90_status.h"
 
 GEGLU_SM90_BEGIN_C_DECLS
 

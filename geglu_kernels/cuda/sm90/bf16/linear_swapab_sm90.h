@@ -24,7 +24,7 @@
 // geglu_linear_swapab_sm90_workspace_bytes(M, K, N) bytes.
 #include <stdint.h>
 
-#include "sm90_status.h"
+#include "sm90/common/sm90_status.h"
 
 GEGLU_SM90_BEGIN_C_DECLS
 

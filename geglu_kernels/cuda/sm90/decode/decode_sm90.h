@@ -20,7 +20,7 @@
 // residual need element alignment); a device of compute capability 9.0.
 #include <stdint.h>
 
-#include "sm90_status.h"
+#include "sm90/common/sm90_status.h"
 
 GEGLU_SM90_BEGIN_C_DECLS
 

@@ -40,12 +40,12 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
 
-#include "geglu_swapab_sm90.cuh"
-#include "linear_swapab_sm90.cuh"
-#include "mlp_fused_sm90.h"
-#include "sm90_launcher.cuh"
-#include "tile_counters.h"
-#include "tma_producer.cuh"
+#include "sm90/bf16/geglu_swapab_sm90.cuh"
+#include "sm90/bf16/linear_swapab_sm90.cuh"
+#include "sm90/decode/mlp_fused_sm90.h"
+#include "sm90/common/sm90_launcher.cuh"
+#include "sm90/common/tile_counters.h"
+#include "sm90/common/tma_producer.cuh"
 
 namespace mlp_fused {
 

@@ -27,7 +27,7 @@
 // at least geglu_mlp_fused_sm90_workspace_bytes(M, D, H) bytes.
 #include <stdint.h>
 
-#include "sm90_status.h"
+#include "sm90/common/sm90_status.h"
 
 GEGLU_SM90_BEGIN_C_DECLS
 

@@ -9,10 +9,10 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
 
-#include "gate_up_launch.cuh"
-#include "geglu_swapab_sm90.h"
-#include "geglu_swapab_sm90.cuh"
-#include "sm90_launcher.cuh"
+#include "sm90/common/gate_up_launch.cuh"
+#include "sm90/bf16/geglu_swapab_sm90.h"
+#include "sm90/bf16/geglu_swapab_sm90.cuh"
+#include "sm90/common/sm90_launcher.cuh"
 
 namespace geglu_swapab {
 

@@ -41,11 +41,11 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "gate_up_tma.cuh"
-#include "fp8_convert.cuh"
-#include "gelu_math.cuh"
-#include "register_epilogue.cuh"
-#include "tma_producer.cuh"
+#include "sm90/common/gate_up_tma.cuh"
+#include "sm90/fp8/fp8_convert.cuh"
+#include "activation/gelu_math.cuh"
+#include "sm90/common/register_epilogue.cuh"
+#include "sm90/common/tma_producer.cuh"
 
 namespace fp8_sm90 {
 

@@ -39,9 +39,9 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "register_epilogue.cuh"
-#include "swapab_collective.cuh"
-#include "tma_producer.cuh"
+#include "sm90/common/register_epilogue.cuh"
+#include "sm90/bf16/swapab_collective.cuh"
+#include "sm90/common/tma_producer.cuh"
 
 namespace linear_swapab {
 

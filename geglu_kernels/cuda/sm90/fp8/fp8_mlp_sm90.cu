@@ -3,7 +3,7 @@
 // epilogue; the down GEMM is CUTLASS's blockwise-scaled FP8 GEMM as its builders make it,
 // with the residual as the epilogue's source (beta = 1).
 
-#include "fp8_mlp_sm90.h"
+#include "sm90/fp8/fp8_mlp_sm90.h"
 
 #include <cuda_runtime.h>
 
@@ -19,9 +19,9 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
-#include "fp8_geglu_sm90.cuh"
-#include "sm90_status.h"
-#include "sm90_launcher.cuh"
+#include "sm90/fp8/fp8_geglu_sm90.cuh"
+#include "sm90/common/sm90_status.h"
+#include "sm90/common/sm90_launcher.cuh"
 
 namespace fp8_sm90 {
 

@@ -38,11 +38,11 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "gate_up_tma.cuh"
-#include "gelu_math.cuh"
-#include "register_epilogue.cuh"
-#include "tma_producer.cuh"
-#include "swapab_collective.cuh"
+#include "sm90/common/gate_up_tma.cuh"
+#include "activation/gelu_math.cuh"
+#include "sm90/common/register_epilogue.cuh"
+#include "sm90/common/tma_producer.cuh"
+#include "sm90/bf16/swapab_collective.cuh"
 
 namespace geglu_swapab {
 

@@ -10,10 +10,10 @@
 
 #include <cstdint>
 
-#include "fp8_convert.cuh"
-#include "fp8_mlp_sm90.h"
-#include "sm90_status.h"
-#include "sm90_launcher.cuh"
+#include "sm90/fp8/fp8_convert.cuh"
+#include "sm90/fp8/fp8_mlp_sm90.h"
+#include "sm90/common/sm90_status.h"
+#include "sm90/common/sm90_launcher.cuh"
 
 namespace fp8_sm90 {
 namespace {

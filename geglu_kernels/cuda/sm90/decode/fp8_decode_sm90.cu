@@ -39,13 +39,13 @@
 #include <cstdint>
 #include <mutex>
 
-#include "bulk_copy_ring.cuh"
-#include "fp8_convert.cuh"
-#include "fp8_mlp_sm90.h"
-#include "gelu_math.cuh"
-#include "sm90_launcher.cuh"
-#include "tile_counters.h"
-#include "vec.cuh"
+#include "sm90/decode/bulk_copy_ring.cuh"
+#include "sm90/fp8/fp8_convert.cuh"
+#include "sm90/fp8/fp8_mlp_sm90.h"
+#include "activation/gelu_math.cuh"
+#include "sm90/common/sm90_launcher.cuh"
+#include "sm90/common/tile_counters.h"
+#include "activation/vec.cuh"
 
 namespace fp8_decode {
 

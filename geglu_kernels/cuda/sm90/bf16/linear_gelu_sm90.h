@@ -12,7 +12,7 @@
 // bytes multiples of 16, x / W / out 16-byte aligned, bias 4-byte aligned.
 #include <stdint.h>
 
-#include "sm90_status.h"
+#include "sm90/common/sm90_status.h"
 
 GEGLU_SM90_BEGIN_C_DECLS
 

@@ -43,10 +43,10 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/epilogue/collective/detail.hpp"
 
-#include "gate_up_tma.cuh"
-#include "gelu_math.cuh"
-#include "register_epilogue.cuh"
-#include "tma_producer.cuh"
+#include "sm90/common/gate_up_tma.cuh"
+#include "activation/gelu_math.cuh"
+#include "sm90/common/register_epilogue.cuh"
+#include "sm90/common/tma_producer.cuh"
 
 namespace geglu_sm90 {
 

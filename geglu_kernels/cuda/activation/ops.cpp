@@ -22,7 +22,7 @@
 #include "common/device_tensors.h"
 #include "common/tensor_checks.h"
 #include "cuda_context.h"
-#include "rowwise.h"
+#include "activation/rowwise.h"
 
 namespace geglu_cuda {
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "sm90_launcher.cuh"
+#include "sm90/common/sm90_launcher.cuh"
 
 namespace tile_counters {
 

@@ -15,7 +15,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
-#include "sm90_launcher.cuh"
+#include "sm90/common/sm90_launcher.cuh"
 
 namespace gate_up_launch {
 

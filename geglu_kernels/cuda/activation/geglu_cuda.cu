@@ -13,9 +13,9 @@
 #include <string>
 #include <tuple>
 
-#include "gelu_math.cuh"
-#include "rowwise.h"
-#include "vec.cuh"
+#include "activation/gelu_math.cuh"
+#include "activation/rowwise.h"
+#include "activation/vec.cuh"
 
 namespace geglu_cuda {
 namespace {

@@ -6,7 +6,7 @@
 //        -O3 -DNDEBUG -I<cutlass>/include (tools/build.py). The tuner's library with more
 //        variants: tools/sm90_gemm/build.sh (geglu_gemm_sm90_tuning.cu there).
 
-#include "geglu_gemm_sm90.h"
+#include "sm90/bf16/geglu_gemm_sm90.h"
 
 #include <cuda_runtime.h>
 
@@ -19,9 +19,9 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
-#include "gate_up_launch.cuh"
-#include "geglu_gemm_sm90.cuh"
-#include "sm90_launcher.cuh"
+#include "sm90/common/gate_up_launch.cuh"
+#include "sm90/bf16/geglu_gemm_sm90.cuh"
+#include "sm90/common/sm90_launcher.cuh"
 
 namespace geglu_sm90 {
 

@@ -12,7 +12,7 @@
 //
 // Build: part of the geglu_gemm_sm90 kernel of build.toml (sm_90a only).
 
-#include "linear_gelu_sm90.h"
+#include "sm90/bf16/linear_gelu_sm90.h"
 
 #include <cuda_runtime.h>
 
@@ -26,8 +26,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
-#include "geglu_gemm_sm90.cuh"
-#include "sm90_launcher.cuh"
+#include "sm90/bf16/geglu_gemm_sm90.cuh"
+#include "sm90/common/sm90_launcher.cuh"
 
 namespace bias_gelu_gemm {
 

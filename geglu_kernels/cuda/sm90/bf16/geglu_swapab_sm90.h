@@ -11,7 +11,7 @@
 // weights 16-byte aligned (out and the biases need element alignment only).
 #include <stdint.h>
 
-#include "sm90_status.h"
+#include "sm90/common/sm90_status.h"
 
 GEGLU_SM90_BEGIN_C_DECLS
 

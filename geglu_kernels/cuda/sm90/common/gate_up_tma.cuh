@@ -20,7 +20,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 
-#include "tma_producer.cuh"
+#include "sm90/common/tma_producer.cuh"
 
 namespace gate_up_tma {
 

@@ -15,7 +15,7 @@
 // 16; x, w_gate, w_up, out not 16-byte aligned; a bias not 4-byte aligned.
 #include <stdint.h>
 
-#include "sm90_status.h"  // status codes, dtype values, geglu_gemm_sm90_status_string()
+#include "sm90/common/sm90_status.h"  // status codes, dtype values, geglu_gemm_sm90_status_string()
 
 GEGLU_SM90_BEGIN_C_DECLS
 

@@ -16,7 +16,7 @@
 #include "cutlass/device_kernel.h"
 #include "cutlass/gemm/gemm.h"
 
-#include "sm90_status.h"
+#include "sm90/common/sm90_status.h"
 
 namespace sm90_launcher {
 

@@ -27,7 +27,7 @@
 // "The decode kernels". Build: part of the geglu_gemm_sm90 kernel
 // (build.toml), sm_90a.
 
-#include "decode_sm90.h"
+#include "sm90/decode/decode_sm90.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -37,9 +37,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "bulk_copy_ring.cuh"
-#include "sm90_launcher.cuh"
-#include "vec.cuh"
+#include "sm90/decode/bulk_copy_ring.cuh"
+#include "sm90/common/sm90_launcher.cuh"
+#include "activation/vec.cuh"
 
 namespace geglu_decode {
 

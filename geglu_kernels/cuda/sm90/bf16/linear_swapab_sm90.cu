@@ -10,10 +10,10 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
 
-#include "linear_swapab_sm90.h"
-#include "linear_swapab_sm90.cuh"
-#include "sm90_launcher.cuh"
-#include "tile_counters.h"
+#include "sm90/bf16/linear_swapab_sm90.h"
+#include "sm90/bf16/linear_swapab_sm90.cuh"
+#include "sm90/common/sm90_launcher.cuh"
+#include "sm90/common/tile_counters.h"
 
 namespace linear_swapab {
 
