@@ -108,7 +108,10 @@ def device_short(name: str) -> str:
 def load_kernel():
     from kernels import get_kernel
 
-    os.environ["LOCAL_KERNELS"] = f"org/geglu={REPO}"
+    # This checkout's build/ for org/geglu; other LOCAL_KERNELS entries (an anchor's kernel
+    # staged offline, say) stay.
+    others = [e for e in os.environ.get("LOCAL_KERNELS", "").split(":") if e and not e.startswith("org/geglu=")]
+    os.environ["LOCAL_KERNELS"] = ":".join([f"org/geglu={REPO}", *others])
     return get_kernel("org/geglu", version=1)
 
 
