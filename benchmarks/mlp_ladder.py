@@ -151,7 +151,7 @@ def sm90_off_rungs(model: SimpleGeGLUMLP, geglu, device: str) -> list:
     other calls:
 
     - geglu_mlp fallback: what `_geglu_mlp` launches where `is_sm90()` is false
-      (torch-ext/geglu_mlp.cpp: `gate_up_geglu` falls back to `gate_up` and
+      (geglu_kernels/ops/geglu_mlp.cpp: `gate_up_geglu` falls back to `gate_up` and
       `geglu_halves`, then `down`; the same on any non-sm_90 GPU): two cuBLAS GEMMs
       writing the column halves of one [tokens, 2*hidden] buffer, the package's geglu
       kernel on the halves in place, the down GEMM. The GPU lane is the A100's; the host

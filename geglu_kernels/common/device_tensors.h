@@ -3,7 +3,7 @@
 // AOTInductor C shim (aoti_torch_empty_strided, aoti_torch__reinterpret_tensor): the
 // allocations and views of both backends' kernels and of the per-layer ops
 // (torch-ext/), which run below the dispatcher on real tensors of this build's device.
-// Header-only. The ATen ops those layers run (GEMMs, cat) are torch-ext/aten.h's.
+// Header-only. The ATen ops those layers run (GEMMs, cat) are geglu_kernels/ops/aten.h's.
 
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +19,7 @@ namespace geglu_stable::device {
 using torch::stable::Tensor;
 
 // A device made current until the end of the scope, DeviceGuard guard(t.get_device_index()):
-// the C-shim GEMMs (torch-ext/aten.h) and the backend's own launches run without the
+// the C-shim GEMMs (geglu_kernels/ops/aten.h) and the backend's own launches run without the
 // dispatcher's device guard. torch's guard is made only where the device is not current
 // already: a model's layers run on the current device, and the guard's exchange and
 // restore were a measurable part of a decode MLP call's host time (docs/DESIGN.md,

@@ -1,6 +1,6 @@
 #pragma once
-// The fused inference GEMMs the per-layer ops (torch-ext/geglu_mlp.cpp,
-// torch-ext/linear_bias_gelu.cpp) ask the backend for, each returning std::nullopt where
+// The fused inference GEMMs the per-layer ops (geglu_kernels/ops/geglu_mlp.cpp,
+// geglu_kernels/ops/linear_bias_gelu.cpp) ask the backend for, each returning std::nullopt where
 // the backend has no kernel for the call (the op then runs torch's GEMMs). The CUDA
 // backend chooses its kernels in geglu_kernels/cuda/fused_gemm_router.cpp; the CPU
 // backend has none (geglu_kernels/cpu/fused_gemm_stubs.cpp). A build links exactly one.
@@ -50,7 +50,7 @@ OptTensor fused_small_batch_mlp(const Tensor &x, const Tensor &w_gate, const Ten
 // the sm_90 engine.
 bool fp8_mlp_served(const Tensor &x);
 
-// The block-scaled FP8 GeGLU MLP (_geglu_mlp_fp8, torch-ext/geglu_mlp_fp8.cpp): x [M, K]
+// The block-scaled FP8 GeGLU MLP (_geglu_mlp_fp8, geglu_kernels/ops/geglu_mlp_fp8.cpp): x [M, K]
 // bf16/fp16 contiguous, e4m3 weights [hidden, K], [hidden, K], [N, hidden] with float32
 // 128x128 block scales, all contiguous and checked by the caller; a new tensor of
 // out_shape ([..., N], M rows). Only where fp8_mlp_served(x).
@@ -58,7 +58,7 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
                      const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
                      const OptTensor &residual, bool tanh, torch::headeronly::IntHeaderOnlyArrayRef out_shape);
 
-// The block-scaled FP8 linear (_fp8_linear, torch-ext/geglu_mlp_fp8.cpp): x [M, K]
+// The block-scaled FP8 linear (_fp8_linear, geglu_kernels/ops/geglu_mlp_fp8.cpp): x [M, K]
 // bf16/fp16 contiguous, weight e4m3 [N, K] with float32 128x128 block scales, residual
 // [M, N] of x's dtype, contiguous and 16-byte aligned, or none; all checked by the caller.
 // x quantized per 1x128 group as fused_fp8_mlp quantizes it, then the FP8 MLP's down GEMM

@@ -28,7 +28,7 @@ needs a gradient in grad mode raises (the layers run the module's own forward th
 which has FP8Linear's input gradient).
 
 Where it runs: a compiled CUDA variant carries the native op `_geglu_mlp_fp8`
-(torch-ext/geglu_mlp_fp8.cpp), which a plain CUDA tensor takes on a GPU whose kernels
+(geglu_kernels/ops/geglu_mlp_fp8.cpp), which a plain CUDA tensor takes on a GPU whose kernels
 the backend has (it says which through `_geglu_mlp_fp8_serves`: the sm_90 engine);
 everything else (CPU, other GPUs, the noarch variant, tensor subclasses) runs the
 dequantizing composite in torch ops, which computes the same function.

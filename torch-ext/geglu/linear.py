@@ -8,7 +8,7 @@ its arguments once and is differentiable (x, weights, biases, residual).
 On a compiled variant geglu_mlp, geglu_linear and linear_bias_gelu are one native op
 call each (torch-ext/: `_geglu_mlp`, `_geglu_linear` and `_linear_bias_gelu` for
 inference; `_geglu_mlp_train` and `_geglu_mlp_backward`, joined by `_GegluMlpTrain` here,
-for calls that need gradients), which check the arguments (torch-ext/gemm_checks.h: the
+for calls that need gradients), which check the arguments (geglu_kernels/ops/gemm_checks.h: the
 messages of _checks.py) and pick the kernels in C++, in one place
 (geglu_kernels/cuda/fused_gemm_router.cpp; docs/DESIGN.md says why each route wins). What
 follows is the Python route, which the noarch (Triton-only) variant, tensor subclasses,
@@ -193,8 +193,8 @@ def _down_proj(h: Tensor, w_down: Tensor, b_down: Optional[Tensor], residual: Op
     return F.linear(h, w_down, b_down).add_(residual)
 
 
-# Compiled variants carry the per-layer native ops (torch-ext/geglu_mlp.cpp,
-# torch-ext/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
+# Compiled variants carry the per-layer native ops (geglu_kernels/ops/geglu_mlp.cpp,
+# geglu_kernels/ops/linear_bias_gelu.cpp): checks, routing and launches in one C++ call.
 _NATIVE_MLP_DEVICE_TYPES = NATIVE_DEVICE_TYPES if hasattr(ops, "_geglu_mlp") else frozenset()
 # The same fact as a tensor flag ("is_cuda" / "is_cpu"; a build has one backend), read per
 # call instead of x.device.type, which builds a torch.device on every read.
@@ -417,7 +417,7 @@ def geglu_linear(
 
 
 def _check_geglu_linear(x, w_gate, w_up, b_gate, b_up, approximate) -> int:
-    """geglu_linear's checks (the native op's, torch-ext/gemm_checks.h, say the same); hidden."""
+    """geglu_linear's checks (the native op's, geglu_kernels/ops/gemm_checks.h, say the same); hidden."""
     check_x(x)
     hidden = check_gate_up(x, w_gate, w_up, b_gate, b_up)
     check_approximate("approximate", approximate)
@@ -499,7 +499,7 @@ def _composed_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, appro
 
 
 def _check_mlp(x, w_gate, w_up, w_down, b_gate, b_up, b_down, residual, approximate) -> None:
-    """geglu_mlp's checks (the native op's, torch-ext/gemm_checks.h, say the same)."""
+    """geglu_mlp's checks (the native op's, geglu_kernels/ops/gemm_checks.h, say the same)."""
     check_x(x)
     hidden = check_gate_up(x, w_gate, w_up, b_gate, b_up)
     check_linear_operand("w_down", w_down, x, hidden)

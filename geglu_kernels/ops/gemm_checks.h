@@ -1,7 +1,6 @@
 #pragma once
 // Argument checks of the per-layer ops (_geglu_mlp, _geglu_mlp_train, _linear_bias_gelu)
-// built on torch's stable ABI: the stable-ABI twin of torch-ext/gemm_checks.h, with
-// its messages, which are those of the Python checks of the other routes
+// built on torch's stable ABI, with the messages of the Python checks of the other routes
 // (torch-ext/geglu/_checks.py: the same words, shapes written as Python tuples), so an
 // error reads the same whichever route the call took.
 //

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "aten.h"
-#include "gemm_checks.h"
-#include "torch_binding.h"
+#include "ops/aten.h"
+#include "ops/gemm_checks.h"
+#include "ops/layer_ops.h"
 
 namespace geglu_stable {
 namespace {
