@@ -136,9 +136,11 @@ def test_capability_range_restricts_the_layers(capability, swapped, fake_gpu, ke
     """docs/CUDA_ARCHS.md's recipe: a kernel mapping keyed by a CUDA capability range
     kernelizes the GPUs inside it and leaves the others with the original forward."""
     import example
+    import kernels.layer.layer as layer_cache
     import kernels.layer.repos as repos
     from kernels import CUDAProperties, Device, Mode, kernelize, use_kernel_mapping
 
+    cached_layers = dict(layer_cache._CACHED_LAYER)
     fake_gpu(capability)
     repos._find_capability.cache_clear()
     try:
@@ -147,4 +149,8 @@ def test_capability_range_restricts_the_layers(capability, swapped, fake_gpu, ke
             model = kernelize(example.tiny_model("gemma"), mode=Mode.INFERENCE, device="cuda")
     finally:
         repos._find_capability.cache_clear()  # the next caller reads the real GPU (or none)
+        # kernelize memoizes each repository's layer: the one loaded here is the variant of
+        # the faked CUDA torch, so a later caller with the same repository would get it.
+        layer_cache._CACHED_LAYER.clear()
+        layer_cache._CACHED_LAYER.update(cached_layers)
     assert example.count_kernelized(model) == ({"GeGLUMLP": 2} if swapped else {})
