@@ -33,10 +33,10 @@ from ._checks import check_same_device, check_shape, check_tensor
 from ._fastpath import all_plain
 from ._ops import ops
 from .fp8_mlp import (
-    ACTIVATION_DTYPES,
-    _DEVICE_TYPES,
+    _check_activation,
     _check_fp8_weight,
-    _check_multiple,
+    _check_inference_only,
+    _check_residual,
     _check_scale,
     _dequantize_weight,
     _fake_quantize_rows,
@@ -53,11 +53,7 @@ _BIAS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def _check_fp8_linear(x, weight, weight_scale_inv, bias, residual) -> None:
     """fp8_linear's argument checks (the native op's fake runs them too)."""
-    check_tensor("x", x, dtypes=ACTIVATION_DTYPES)
-    if x.device.type not in _DEVICE_TYPES:
-        raise ValueError(f"x is on {x.device}: the FP8 linear runs on CUDA or CPU, not on {x.device.type}")
-    k = x.shape[-1]
-    _check_multiple("x", "the last dimension (in_features)", k)
+    k = _check_activation(x, "the FP8 linear")
     _check_fp8_weight("weight", weight, x, k, "the last dim of x")
     _check_scale("weight_scale_inv", weight_scale_inv, "weight", weight, x)
     n = weight.shape[0]
@@ -65,21 +61,7 @@ def _check_fp8_linear(x, weight, weight_scale_inv, bias, residual) -> None:
         check_tensor("bias", bias, dtypes=_BIAS_DTYPES)
         check_same_device("bias", bias, "x", x)
         check_shape("bias", bias, (n,))
-    if residual is not None:
-        check_tensor("residual", residual, dtypes=(x.dtype,))
-        check_same_device("residual", residual, "x", x)
-        check_shape("residual", residual, (*x.shape[:-1], n))
-
-
-def _check_inference_only(x, residual) -> None:
-    if not torch.is_grad_enabled():
-        return
-    for name, t in (("x", x), ("residual", residual)):
-        if isinstance(t, Tensor) and t.requires_grad:
-            raise ValueError(
-                f"{name} requires grad: fp8_linear is inference-only (FP8 weights are frozen and it has no "
-                f"backward); call it under torch.no_grad() / torch.inference_mode(), or pass {name}.detach()"
-            )
+    _check_residual(residual, x, n)
 
 
 def _epilogue_source(x: Tensor, n: int, bias, residual):
@@ -146,7 +128,7 @@ def fp8_linear(
     the exact rule). Inference only: raises ValueError if grad mode is on and x or
     residual requires grad; the weight's, scales' and bias's requires_grad is ignored.
     """
-    _check_inference_only(x, residual)
+    _check_inference_only(x, residual, "fp8_linear", "it has")
     if _native_fp8_x(x) and all_plain(weight, weight_scale_inv, bias, residual):
         n = weight.shape[0] if weight.dim() == 2 else -1
         if bias is not None:  # checked as itself before it is folded into c

@@ -144,14 +144,29 @@ def _check_scale(name: str, scale, w_name: str, w: Tensor, x: Tensor) -> None:
         )
 
 
+def _check_activation(x, runs: str) -> int:
+    """x of an FP8 op (`runs`: "the FP8 MLP", say): a float16/bfloat16 tensor on CUDA or
+    CPU whose last dimension (in_features, returned) is a multiple of 128."""
+    check_tensor("x", x, dtypes=ACTIVATION_DTYPES)
+    if x.device.type not in _DEVICE_TYPES:
+        raise ValueError(f"x is on {x.device}: {runs} runs on CUDA or CPU, not on {x.device.type}")
+    k = x.shape[-1]
+    _check_multiple("x", "the last dimension (in_features)", k)
+    return k
+
+
+def _check_residual(residual, x, n: int) -> None:
+    """None, or [..., n] in x's dtype on x's device."""
+    if residual is not None:
+        check_tensor("residual", residual, dtypes=(x.dtype,))
+        check_same_device("residual", residual, "x", x)
+        check_shape("residual", residual, (*x.shape[:-1], n))
+
+
 def _check_mlp_fp8(x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale, residual, approximate) -> None:
     """geglu_mlp_fp8's argument checks (the native op's fake runs them too, so a bad call
     under torch.compile fails at trace time with the same message)."""
-    check_tensor("x", x, dtypes=ACTIVATION_DTYPES)
-    if x.device.type not in _DEVICE_TYPES:
-        raise ValueError(f"x is on {x.device}: the FP8 MLP runs on CUDA or CPU, not on {x.device.type}")
-    k = x.shape[-1]
-    _check_multiple("x", "the last dimension (in_features)", k)
+    k = _check_activation(x, "the FP8 MLP")
     _check_fp8_weight("w_gate", w_gate, x, k, "the last dim of x")
     _check_scale("w_gate_scale", w_gate_scale, "w_gate", w_gate, x)
     _check_fp8_weight("w_up", w_up, x, k, "the last dim of x")
@@ -160,24 +175,20 @@ def _check_mlp_fp8(x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_sca
     hidden = w_gate.shape[0]
     _check_fp8_weight("w_down", w_down, x, hidden, "hidden = w_gate.shape[0]")
     _check_scale("w_down_scale", w_down_scale, "w_down", w_down, x)
-    if residual is not None:
-        check_tensor("residual", residual, dtypes=(x.dtype,))
-        check_same_device("residual", residual, "x", x)
-        check_shape("residual", residual, (*x.shape[:-1], w_down.shape[0]))
+    _check_residual(residual, x, w_down.shape[0])
     check_approximate("approximate", approximate)
 
 
-def _check_inference_only(x, residual) -> None:
-    """The FP8 MLP has no backward: refuse, naming the argument, a call whose x or
-    residual needs a gradient (the weights are frozen: their requires_grad is ignored)."""
+def _check_inference_only(x, residual, op: str = "geglu_mlp_fp8", none: str = "the FP8 MLP has") -> None:
+    """The FP8 ops have no backward: refuse, naming the argument, a call of `op` whose x
+    or residual needs a gradient (the weights are frozen: their requires_grad is ignored)."""
     if not torch.is_grad_enabled():
         return
     for name, t in (("x", x), ("residual", residual)):
         if isinstance(t, Tensor) and t.requires_grad:
             raise ValueError(
-                f"{name} requires grad: geglu_mlp_fp8 is inference-only (FP8 weights are frozen and the "
-                f"FP8 MLP has no backward); call it under torch.no_grad() / torch.inference_mode(), or "
-                f"pass {name}.detach()"
+                f"{name} requires grad: {op} is inference-only (FP8 weights are frozen and {none} no "
+                f"backward); call it under torch.no_grad() / torch.inference_mode(), or pass {name}.detach()"
             )
 
 
