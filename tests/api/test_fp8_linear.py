@@ -24,7 +24,9 @@ from test_fp8_mlp import (  # noqa: F401  (cpu_fp8_linear is a fixture)
     fp8_weight,
     poison_allocator,
     quantize_rows_ref,
+    _with_device,
     rand,
+    setter,
 )
 
 DTYPES = [torch.bfloat16, torch.float16]
@@ -123,13 +125,6 @@ def test_inference_only(kernel):
 
 def _bad_cases():
     bf16 = torch.bfloat16
-
-    def setter(name, value_fn):
-        def mutate(a):
-            a[name] = value_fn(a)
-
-        return mutate
-
     return [
         ("x float32", setter("x", lambda a: a["x"].float()), ValueError, r"^x must have dtype float16/bfloat16, got torch.float32"),
         ("x not a tensor", setter("x", lambda a: a["x"].tolist()), TypeError, r"^x must be a torch.Tensor, got list"),
@@ -160,16 +155,6 @@ BAD_CASES = _bad_cases()
 def _good_args(device="cpu"):
     x, q, s, _, _, _ = linear_inputs(3, 256, 384, torch.bfloat16, device=device)
     return dict(x=x, weight=q, weight_scale_inv=s, bias=None, residual=None)
-
-
-def _with_device(mutate, device):
-    def run(a):
-        mutate(a)
-        for name, v in a.items():
-            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and not v.is_sparse:
-                a[name] = v.to(device)
-
-    return run
 
 
 @pytest.mark.parametrize("case", BAD_CASES, ids=lambda c: c[0])
@@ -499,7 +484,7 @@ def test_native_cuda_graph_capture_and_replay(kernel, native, m):
 def test_native_bad_inputs_raise_named_errors(kernel, native, case):
     _, mutate, error, match = case
     args = _good_args("cuda")
-    _with_device(mutate, "cuda")(args)
+    _with_device(mutate, "cuda", stays=lambda v: v.is_sparse)(args)
     with pytest.raises(error, match=match):
         kernel.fp8_linear(**args)
 

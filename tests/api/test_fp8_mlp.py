@@ -278,16 +278,18 @@ def test_inference_only(kernel):
 # --------------------------------------------------------------------------- bad inputs
 
 
+def setter(name, value_fn):
+    """A bad case's mutation: argument `name` becomes value_fn(arguments)."""
+
+    def mutate(a):
+        a[name] = value_fn(a)
+
+    return mutate
+
+
 def _bad_cases():
     """(id, mutate(args dict) -> None, error type, message regex)."""
     bf16 = torch.bfloat16
-
-    def setter(name, value_fn):
-        def mutate(a):
-            a[name] = value_fn(a)
-
-        return mutate
-
     return [
         ("x float32", setter("x", lambda a: a["x"].float()), ValueError, r"x must have dtype float16/bfloat16, got torch.float32"),
         ("x not a tensor", setter("x", lambda a: a["x"].tolist()), TypeError, r"x must be a torch.Tensor, got list"),
@@ -334,14 +336,15 @@ def _good_args(device="cpu"):
     return dict(x=x, w_gate=qg, w_gate_scale=sg, w_up=qu, w_up_scale=su, w_down=qd, w_down_scale=sd, residual=None, approximate="tanh")
 
 
-def _with_device(mutate, device):
+def _with_device(mutate, device, stays=lambda v: v.is_nested):
     """The case's mutation, with the CPU-built tensors it makes moved to `device` (the
-    meta-device cases keep their meta tensors)."""
+    meta-device cases keep their meta tensors; tensors for which `stays` holds stay on
+    the CPU)."""
 
     def run(a):
         mutate(a)
         for name, v in a.items():
-            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and not v.is_nested:
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and not stays(v):
                 a[name] = v.to(device)
 
     return run
