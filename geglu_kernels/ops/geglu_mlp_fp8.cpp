@@ -46,20 +46,49 @@ void check_fp8_weight(const char *name, const char *scale_name, const Tensor &w,
   GEGLU_CHECK_VALUE(s.is_contiguous(), scale_name, " must be contiguous");
 }
 
-}  // namespace
-
-Tensor geglu_mlp_fp8(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
-                     const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
-                     const OptTensor &residual, std::string_view approximate) {
+// x of an FP8 op: float16/bfloat16, contiguous, its last dimension (returned) a positive
+// multiple of 128.
+int64_t check_activation(const Tensor &x) {
   const ScalarType xt = x.scalar_type();
   GEGLU_CHECK_VALUE(xt == ScalarType::Half || xt == ScalarType::BFloat16,
                     "x must have dtype float16/bfloat16, got ", dtype_name(xt));
   GEGLU_CHECK_VALUE(x.dim() >= 1 && x.layout() == torch::headeronly::Layout::Strided && x.is_contiguous(),
                     "x must be a contiguous tensor with at least 1 dimension");
   const int64_t k = x.size(-1);
+  GEGLU_CHECK_VALUE(k % 128 == 0 && k > 0, "x's last dimension must be a positive multiple of 128, got ", k);
+  return k;
+}
+
+// x's shape with the last dimension n: the output's.
+std::vector<int64_t> output_shape(const Tensor &x, int64_t n) {
+  const IntArrayRef xs = x.sizes();
+  std::vector<int64_t> shape(xs.begin(), xs.end());
+  shape.back() = n;
+  return shape;
+}
+
+// x as [m, k] rows and the residual as [m, n], views of the (checked) contiguous tensors.
+struct Rows {
+  Tensor x;
+  OptTensor residual;
+};
+Rows as_rows(const Tensor &x, const OptTensor &residual, int64_t k, int64_t n) {
+  const int64_t m = x.numel() / k;
+  const int64_t rows[2] = {m, k};
+  const int64_t out_rows[2] = {m, n};
+  Rows r{device::contiguous_view(x, IntArrayRef(rows, 2)), std::nullopt};
+  if (residual.has_value()) r.residual = device::contiguous_view(*residual, IntArrayRef(out_rows, 2));
+  return r;
+}
+
+}  // namespace
+
+Tensor geglu_mlp_fp8(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate_scale, const Tensor &w_up,
+                     const Tensor &w_up_scale, const Tensor &w_down, const Tensor &w_down_scale,
+                     const OptTensor &residual, std::string_view approximate) {
+  const int64_t k = check_activation(x);
   const int64_t hidden = w_gate.dim() == 2 ? w_gate.size(0) : -1;
   const int64_t n = w_down.dim() == 2 ? w_down.size(0) : -1;
-  GEGLU_CHECK_VALUE(k % 128 == 0 && k > 0, "x's last dimension must be a positive multiple of 128, got ", k);
   GEGLU_CHECK_VALUE(hidden % 128 == 0 && hidden > 0,
                     "w_gate must be a 2-d [hidden, in] weight with hidden a positive multiple of 128, got shape ",
                     py_shape(w_gate.sizes()));
@@ -69,32 +98,20 @@ Tensor geglu_mlp_fp8(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   check_fp8_weight("w_gate", "w_gate_scale", w_gate, w_gate_scale, x, hidden, k);
   check_fp8_weight("w_up", "w_up_scale", w_up, w_up_scale, x, hidden, k);
   check_fp8_weight("w_down", "w_down_scale", w_down, w_down_scale, x, n, hidden);
-  const IntArrayRef xs = x.sizes();
-  std::vector<int64_t> out_shape(xs.begin(), xs.end());
-  out_shape.back() = n;
+  const std::vector<int64_t> out_shape = output_shape(x, n);
   gemm_checks::check_optional("residual", residual, x, out_shape);
   GEGLU_CHECK_VALUE(!residual.has_value() || residual->is_contiguous(), "residual must be contiguous");
   const bool tanh = gemm_checks::is_tanh(approximate);
 
   device::DeviceGuard guard(x.get_device_index());
-  const int64_t m = x.numel() / k;
-  const int64_t rows[2] = {m, k};
-  const int64_t out_rows[2] = {m, n};
-  const Tensor x2 = device::contiguous_view(x, IntArrayRef(rows, 2));
-  OptTensor res2;
-  if (residual.has_value()) res2 = device::contiguous_view(*residual, IntArrayRef(out_rows, 2));
-  return fused_fp8_mlp(x2, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale, res2, tanh, out_shape);
+  const Rows r = as_rows(x, residual, k, n);
+  return fused_fp8_mlp(r.x, w_gate, w_gate_scale, w_up, w_up_scale, w_down, w_down_scale, r.residual, tanh,
+                       out_shape);
 }
 
 Tensor fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &weight_scale, const OptTensor &residual) {
-  const ScalarType xt = x.scalar_type();
-  GEGLU_CHECK_VALUE(xt == ScalarType::Half || xt == ScalarType::BFloat16,
-                    "x must have dtype float16/bfloat16, got ", dtype_name(xt));
-  GEGLU_CHECK_VALUE(x.dim() >= 1 && x.layout() == torch::headeronly::Layout::Strided && x.is_contiguous(),
-                    "x must be a contiguous tensor with at least 1 dimension");
-  const int64_t k = x.size(-1);
+  const int64_t k = check_activation(x);
   const int64_t n = weight.dim() == 2 ? weight.size(0) : -1;
-  GEGLU_CHECK_VALUE(k % 128 == 0 && k > 0, "x's last dimension must be a positive multiple of 128, got ", k);
   GEGLU_CHECK_VALUE(n % 128 == 0 && n > 0,
                     "weight must be a 2-d [out, in] weight with out a positive multiple of 128, got shape ",
                     py_shape(weight.sizes()));
@@ -102,22 +119,15 @@ Tensor fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &weight_sc
   // The kernels' TMA loads: 16-byte aligned operands (fp8_linear copies a view that is not).
   GEGLU_CHECK_VALUE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, "x must be 16-byte aligned");
   GEGLU_CHECK_VALUE(reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0, "weight must be 16-byte aligned");
-  const IntArrayRef xs = x.sizes();
-  std::vector<int64_t> out_shape(xs.begin(), xs.end());
-  out_shape.back() = n;
+  const std::vector<int64_t> out_shape = output_shape(x, n);
   gemm_checks::check_optional("residual", residual, x, out_shape);
   GEGLU_CHECK_VALUE(!residual.has_value() || (residual->is_contiguous() &&
                                               reinterpret_cast<uintptr_t>(residual->data_ptr()) % 16 == 0),
                     "residual must be contiguous and 16-byte aligned");
 
   device::DeviceGuard guard(x.get_device_index());
-  const int64_t m = x.numel() / k;
-  const int64_t rows[2] = {m, k};
-  const int64_t out_rows[2] = {m, n};
-  const Tensor x2 = device::contiguous_view(x, IntArrayRef(rows, 2));
-  OptTensor res2;
-  if (residual.has_value()) res2 = device::contiguous_view(*residual, IntArrayRef(out_rows, 2));
-  return fused_fp8_linear(x2, weight, weight_scale, res2, out_shape);
+  const Rows r = as_rows(x, residual, k, n);
+  return fused_fp8_linear(r.x, weight, weight_scale, r.residual, out_shape);
 }
 
 bool geglu_mlp_fp8_serves(const Tensor &x) { return fp8_mlp_served(x); }
