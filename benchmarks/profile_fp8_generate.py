@@ -63,17 +63,19 @@ def profile_generate(model, prompt, new_tokens):
         end.record()
         torch.cuda.synchronize()
     wall = start.elapsed_time(end) * 1e3
-    per_kind, intervals, count = defaultdict(float), [], 0
+    per_kind, per_name, intervals, count = defaultdict(float), defaultdict(lambda: [0.0, 0]), [], 0
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0:
             per_kind[kind(e.name)] += e.time_range.elapsed_us()
+            per_name[e.name][0] += e.time_range.elapsed_us()
+            per_name[e.name][1] += 1
             intervals.append((e.time_range.start, e.time_range.end))
             count += 1
     cpu = defaultdict(float)
     for e in prof.key_averages():
         if e.self_cpu_time_total > 0:
             cpu[e.key] += e.self_cpu_time_total
-    return wall, per_kind, busy_us(intervals), count, cpu
+    return wall, per_kind, per_name, busy_us(intervals), count, cpu
 
 
 def main() -> int:
@@ -83,9 +85,10 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--kernel-top", type=int, default=12, help="kernels listed per row, by GPU time")
     ap.add_argument("--cpu-top", type=int, default=15, help="host ops listed per row")
     args = ap.parse_args()
-    args.swap, args.device = False, "cuda"
+    args.swap, args.device, args.transformers_route, args.bound = False, "cuda", False, False
     os.environ.setdefault("LOCAL_KERNELS", f"org/geglu={REPO}")
     raise_recompile_limit()
     base = build_model(SIZES[args.size], args.layers, args.vocab, "cuda", torch.bfloat16)
@@ -96,11 +99,13 @@ def main() -> int:
           f"{args.new_tokens} new tokens; us per decode step")
     for name in ("bf16 eager", "fp8 geglu"):
         torch._dynamo.utils.counters.clear()
-        wall, per_kind, busy, count, cpu = profile_generate(rows[name], prompt, args.new_tokens)
+        wall, per_kind, per_name, busy, count, cpu = profile_generate(rows[name], prompt, args.new_tokens)
         n = args.new_tokens
         kinds = ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(per_kind.items(), key=lambda kv: -kv[1]))
         print(f"{name}: wall {wall / n:.1f}, GPU busy {busy / n:.1f} ({busy / wall:.0%}), "
               f"{count / n:.0f} kernels; {kinds}")
+        for k, (us, calls) in sorted(per_name.items(), key=lambda kv: -kv[1][0])[:args.kernel_top]:
+            print(f"    {us / n:8.1f} us/step  {calls / n:5.1f} calls/step  {us / calls:6.2f} us/call  {k[:110]}")
         c = torch._dynamo.utils.counters
         print(f"  compiled graphs {c['stats'].get('unique_graphs', 0)}, graph breaks {sum(c['graph_break'].values())}"
               + "".join(f"\n    break: {k[:160]} x{v}" for k, v in c["graph_break"].items()))

@@ -296,6 +296,28 @@ def test_kernelized_projections_keep_the_fused_fp8_mlp(kernel, monkeypatch, cpu_
     assert len(calls) == 1
 
 
+def test_kernelized_projections_keep_the_fused_fp8_mlp_compiled(kernel, cpu_fp8_linear):
+    """The same under torch.compile(fullgraph=True): the compiled MLP is the eager one,
+    bit for bit, so the fused FP8 MLP ran and not three fp8_linear calls (whose gate,
+    up and h round to x's dtype). The instance-forward test reads the bound method's
+    __func__ directly: Dynamo 2.11 answered getattr's default for it."""
+    from types import MethodType
+
+    from test_fp8_mlp import fp8_gemma_mlp
+
+    torch._dynamo.reset()
+    mlp = fp8_gemma_mlp()
+    for proj in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+        proj.forward = MethodType(kernel.layers.FP8Linear.forward, proj)
+    x = rand((3, 256), torch.bfloat16, seed=7)
+    fn = torch.compile(lambda x: kernel.layers.GeGLUMLP.forward(mlp, x), fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        fused = kernel.fp8_mlp.geglu_mlp_fp8(x, *(t for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+                                                   for t in (p.weight, p.weight_scale_inv)))
+        assert torch.equal(kernel.layers.GeGLUMLP.forward(mlp, x), fused)
+        assert torch.equal(fn(x), fused)
+
+
 def test_kernelize_swaps_fp8_linear(kernel, cpu_fp8_linear):
     """kernels.kernelize with the recipe's mapping swaps an FP8Linear's forward for the
     layer, which then computes fp8_linear's result."""

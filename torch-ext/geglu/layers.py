@@ -33,6 +33,7 @@ runs the module's own forward. The activation layers run torch's GELU on a DTens
 """
 
 import sys
+from types import MethodType as _MethodType
 
 import torch
 import torch.nn as nn
@@ -216,8 +217,10 @@ def _fp8_operands(x: torch.Tensor, *linears):
         state = m.__dict__
         if state.get("_forward_hooks") or state.get("_forward_pre_hooks"):
             return None
+        # Not getattr(forward, "__func__", None): Dynamo 2.11 answers the default for a
+        # bound method, so a compiled model lost the fused MLP to three fp8_linear calls.
         forward = state.get("forward")
-        if forward is not None and getattr(forward, "__func__", None) is not FP8Linear.forward:
+        if forward is not None and not (type(forward) is _MethodType and forward.__func__ is FP8Linear.forward):
             return None
         linear = _fp8_linear_state(m)
         if linear is None or linear[2] is not None:
