@@ -17,7 +17,7 @@ ROUNDS interleaved rounds (every round in the JSON):
   group inside.
 At 1 and 16 tokens the rows are also timed replayed from CUDA graphs, against the FP8
 weight-read floor: the weight's and its scales' bytes at the copy bandwidth measured in
-this run. Ours' error against the float64 product of the unquantized operands is
+this run; a one-element kernel timed the same way gives the floor of any one launch. Ours' error against the float64 product of the unquantized operands is
 reported per row (the float64 checks against the quantized reference are
 tests/api/test_fp8_linear.py's). A table prints last; JSON to $OUT/fp8_linear_bench.json.
 """
@@ -84,7 +84,12 @@ def main() -> int:
         "transformers": transformers.__version__, "date": datetime.date.today().isoformat(),
         "copy_bandwidth_GBps": bw / 1e9, "rows": {}, "notes": [],
     }
-    print(f"{props.name}, torch {torch.__version__}, copy {bw / 1e9:.0f} GB/s", flush=True)
+    # What any one launch costs under the same timing (a one-element kernel): the bound
+    # of the small-weight decode rows, whose weight reads take less.
+    tiny = torch.zeros(1, device="cuda")
+    results["one_kernel_us"] = interleaved({"one kernel": lambda: tiny.add_(1.0)})[0]["one kernel"]
+    print(f"{props.name}, torch {torch.__version__}, copy {bw / 1e9:.0f} GB/s, "
+          f"a one-element kernel {results['one_kernel_us']:.1f} us", flush=True)
     for proj, (k, n) in PROJECTIONS.items():
         w = (torch.randn(n, k, device="cuda") * k**-0.5).to(DT)
         qw, sw = quantize_blocks(w)

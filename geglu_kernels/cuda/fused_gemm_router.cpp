@@ -24,11 +24,13 @@
 //   (fp8_quantize_rows.cu), the block-scaled FP8 gate/up GEMM with the GeGLU and h's
 //   quantization in its epilogue, the block-scaled down GEMM with the residual
 //   (fp8_mlp_sm90.cu; stream-K at up to 64 tokens, its workspace in the one allocation);
-//   at 1-16 tokens the weight-streaming decode kernels in place of both GEMMs
-//   (fp8_decode_sm90.cu); elsewhere the Python function runs its dequantizing composite.
-// - fused_fp8_linear (_fp8_linear): the same engine for one block-scaled FP8 linear: x's
-//   quantization, then the MLP's down GEMM with the residual (its decode kernel at 1-16
-//   tokens, stream-K at up to 64, data-parallel or 2-CTA clusters above).
+//   at 1-16 tokens the weight-streaming decode kernels in place of both GEMMs, the gate/up
+//   quantizing x itself (fp8_decode_sm90.cu); elsewhere the Python function runs its
+//   dequantizing composite.
+// - fused_fp8_linear (_fp8_linear): the same engine for one block-scaled FP8 linear: at 1-16
+//   tokens one decode kernel that quantizes x itself; above, x's quantization, then the
+//   MLP's down GEMM with the residual (stream-K at up to 64, data-parallel or 2-CTA
+//   clusters above).
 // - fused_linear_gelu (_linear_bias_gelu): the engine's bias + GELU GEMM
 //   (linear_gelu_sm90.cu) above 128 tokens, where it beats cuBLAS(Lt) with either GELU;
 //   cuBLAS up to M = 128.
@@ -321,13 +323,14 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   if (m == 0) return y;
   // One allocation for the quantized activations and their scales (rows padded to a
   // multiple of 4, as their TMA loads ask), each part 16-byte aligned: xq [m, k] e4m3, its
-  // scales [k/128, ld] float32, hq [m, hidden], its scales [hidden/128, ld]; then the
-  // decode kernels' workspace at up to kFp8DecodeTokens tokens, or the down GEMM's
-  // stream-K workspace above.
+  // scales [k/128, ld] float32 (not at up to kFp8DecodeTokens tokens, where the decode
+  // gate/up quantizes x itself), hq [m, hidden], its scales [hidden/128, ld]; then the
+  // decode kernels' workspace, or the down GEMM's stream-K workspace above.
   const bool decode = m <= kFp8DecodeTokens;
   const int64_t ld = (m + 3) / 4 * 4;
   auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
-  const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4), hq_bytes = up16(m * hidden);
+  const int64_t xq_bytes = decode ? 0 : up16(m * k), sx_bytes = decode ? 0 : up16(k / 128 * ld * 4);
+  const int64_t hq_bytes = up16(m * hidden);
   const int64_t sh_bytes = up16(hidden / 128 * ld * 4);
   const int64_t ws_bytes =
       up16(decode ? geglu_fp8_decode_workspace_bytes(m, hidden, n) : geglu_fp8_sm90_workspace_bytes(m, hidden, n));
@@ -345,14 +348,14 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   const float *s_gate = static_cast<const float *>(w_gate_scale.data_ptr());
   const float *s_up = static_cast<const float *>(w_up_scale.data_ptr());
   const float *s_down = static_cast<const float *>(w_down_scale.data_ptr());
-  check_status(op, geglu_fp8_quantize_rows(x.data_ptr(), k, m, k, dtype, xq, sx, ld, stream));
   if (decode) {
-    check_status(op, geglu_fp8_decode_gate_up(xq, sx, ld, m, k, w_gate.data_ptr(), s_gate, w_up.data_ptr(), s_up,
-                                              hidden, hq, sh, ld, tanh, workspace, stream));
+    check_status(op, geglu_fp8_decode_gate_up(x.data_ptr(), k, m, k, w_gate.data_ptr(), s_gate, w_up.data_ptr(),
+                                              s_up, hidden, hq, sh, ld, tanh, dtype, workspace, stream));
     check_status(op, geglu_fp8_decode_down(hq, sh, ld, m, hidden, w_down.data_ptr(), s_down, n,
                                            ptr_or_null(residual), y.data_ptr(), dtype, workspace, stream));
     return y;
   }
+  check_status(op, geglu_fp8_quantize_rows(x.data_ptr(), k, m, k, dtype, xq, sx, ld, stream));
   check_status(op, geglu_fp8_sm90_gate_up(xq, sx, ld, m, k, w_gate.data_ptr(), s_gate, w_up.data_ptr(), s_up, hidden,
                                           hq, sh, ld, tanh, stream));
   check_status(op, geglu_fp8_sm90_down(hq, sh, ld, m, hidden, w_down.data_ptr(), s_down, n, ptr_or_null(residual),
@@ -366,32 +369,39 @@ Tensor fused_fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &wei
   STD_TORCH_CHECK(is_sm90(x), op, ": no FP8 kernels for this device (compute capability 9.0 only)");
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   const device::DeviceGuard guard(x.get_device_index());
-  Tensor y = device::empty(out_shape, x);
-  if (m == 0) return y;
-  // One allocation, as fused_fp8_mlp's: xq [m, k] e4m3, its scales [k/128, ld] float32,
-  // then the decode kernel's workspace (its h part unused) or the stream-K one.
-  const bool decode = m <= kFp8DecodeTokens;
-  const int64_t ld = (m + 3) / 4 * 4;
+  void *stream = geglu_cuda::current_stream(x);
+  const int dtype = sm90_dtype(x);
+  const float *s_w = static_cast<const float *>(weight_scale.data_ptr());
   auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
+  if (m <= kFp8DecodeTokens) {
+    // One allocation, one launch: y (returned, at offset 0), then from the next 16-byte
+    // boundary the decode kernel's split sums.
+    const int64_t y_bytes = up16(m * n * static_cast<int64_t>(x.element_size()));
+    const int64_t ws_bytes = up16(geglu_fp8_decode_linear_workspace_bytes(m, k, n));
+    const int64_t size[1] = {(y_bytes + ws_bytes) / static_cast<int64_t>(x.element_size())};
+    Tensor buffer = device::empty(IntArrayRef(size, 1), x);
+    Tensor y = device::contiguous_view(buffer, out_shape);
+    if (m == 0) return y;
+    void *workspace = static_cast<char *>(buffer.data_ptr()) + y_bytes;
+    check_status(op, geglu_fp8_decode_linear(x.data_ptr(), k, m, k, weight.data_ptr(), s_w, n, ptr_or_null(residual),
+                                             y.data_ptr(), dtype, workspace, stream));
+    return y;
+  }
+  Tensor y = device::empty(out_shape, x);
+  // One allocation, as fused_fp8_mlp's: xq [m, k] e4m3, its scales [k/128, ld] float32,
+  // then the stream-K workspace.
+  const int64_t ld = (m + 3) / 4 * 4;
   const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4);
-  const int64_t ws_bytes = up16(decode ? geglu_fp8_decode_workspace_bytes(m, k, n) : geglu_fp8_sm90_workspace_bytes(m, k, n));
+  const int64_t ws_bytes = up16(geglu_fp8_sm90_workspace_bytes(m, k, n));
   const int64_t size[1] = {(xq_bytes + sx_bytes + ws_bytes) / static_cast<int64_t>(x.element_size())};
   Tensor buffer = device::empty(IntArrayRef(size, 1), x);
   char *base = static_cast<char *>(buffer.data_ptr());
   void *xq = base;
   float *sx = reinterpret_cast<float *>(base + xq_bytes);
   void *workspace = ws_bytes > 0 ? base + xq_bytes + sx_bytes : nullptr;
-  void *stream = geglu_cuda::current_stream(x);
-  const int dtype = sm90_dtype(x);
-  const float *s_w = static_cast<const float *>(weight_scale.data_ptr());
   check_status(op, geglu_fp8_quantize_rows(x.data_ptr(), k, m, k, dtype, xq, sx, ld, stream));
-  if (decode) {
-    check_status(op, geglu_fp8_decode_down(xq, sx, ld, m, k, weight.data_ptr(), s_w, n, ptr_or_null(residual),
-                                           y.data_ptr(), dtype, workspace, stream));
-  } else {
-    check_status(op, geglu_fp8_sm90_down(xq, sx, ld, m, k, weight.data_ptr(), s_w, n, ptr_or_null(residual),
-                                         y.data_ptr(), dtype, workspace, stream));
-  }
+  check_status(op, geglu_fp8_sm90_down(xq, sx, ld, m, k, weight.data_ptr(), s_w, n, ptr_or_null(residual),
+                                       y.data_ptr(), dtype, workspace, stream));
   return y;
 }
 

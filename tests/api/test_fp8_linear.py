@@ -389,12 +389,35 @@ def test_native_grid(kernel, native, monkeypatch, case, extras):
 
 
 @cuda
+@pytest.mark.parametrize("lead", [(3, 43), (1, 5), (2, 6)], ids=lambda l: f"M{l[0] * l[1]}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-def test_native_dtypes_and_leading_dims(native, dtype):
-    x, q, s, _, r, _ = linear_inputs(0, 768, 1024, dtype, seed=5, device="cuda", residual=True, lead=(3, 43))
+def test_native_dtypes_and_leading_dims(native, dtype, lead):
+    """129 rows (the GEMMs), 5 and 12 (the decode kernel's 8- and 16-token forms, which
+    quantize x of either dtype themselves)."""
+    x, q, s, _, r, _ = linear_inputs(0, 768, 1024, dtype, seed=5, device="cuda", residual=True, lead=lead)
     y = native.default(x, q, s, r)
-    assert y.shape == (3, 43, 1024) and y.dtype == dtype
+    assert y.shape == (*lead, 1024) and y.dtype == dtype
     assert_kernel_matches_ref(y, ref64(x, q, s, None, r), what=str(dtype))
+
+
+@cuda
+@pytest.mark.profiler
+@pytest.mark.parametrize("m", [1, 16, 17])
+def test_native_decode_is_one_kernel(kernel, native, m):
+    """At 1-16 tokens fp8_linear is one launch, the decode kernel quantizing x itself;
+    at 17 the quantization pass and the GEMM."""
+    x, q, s, _, r, _ = linear_inputs(m, 3072, 4096, torch.bfloat16, seed=8, device="cuda", residual=True)
+    with torch.no_grad():
+        kernel.fp8_linear(x, q, s, residual=r)  # first call: set-up outside the profile
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y = kernel.fp8_linear(x, q, s, residual=r)
+            torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if m <= 16:
+        assert len(names) == 1 and "fp8_decode" in names[0], names
+    else:
+        assert len(names) == 2 and "quantize_rows" in names[0], names
+    assert_kernel_matches_ref(y, ref64(x, q, s, None, r), what=f"M={m}")
 
 
 @cuda

@@ -707,12 +707,15 @@ def test_native_decode_gate_up_weights_over_2_31_elements_large(kernel, native, 
 
 
 @cuda
+@pytest.mark.parametrize("lead", [(3, 43), (1, 5), (2, 6)], ids=lambda l: f"M{l[0] * l[1]}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("approximate", APPROX)
-def test_native_dtypes_approximations_and_leading_dims(native, dtype, approximate):
-    x, weights, res, _ = mlp_inputs(0, 768, 3072, 768, dtype, seed=5, device="cuda", residual=True, lead=(3, 43))
+def test_native_dtypes_approximations_and_leading_dims(native, dtype, approximate, lead):
+    """129 rows (the GEMMs), 5 and 12 (the decode kernels' 8- and 16-token forms; the
+    gate/up quantizes x of either dtype itself)."""
+    x, weights, res, _ = mlp_inputs(0, 768, 3072, 768, dtype, seed=5, device="cuda", residual=True, lead=lead)
     y = native.default(x, *weights, res, approximate)
-    assert y.shape == (3, 43, 768) and y.dtype == dtype
+    assert y.shape == (*lead, 768) and y.dtype == dtype
     assert_kernel_matches_ref(y, ref64(x, weights, res, approximate), what=f"{dtype} {approximate}")
 
 

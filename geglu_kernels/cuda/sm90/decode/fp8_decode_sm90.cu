@@ -5,10 +5,17 @@
 // GFLOP per token), so each block streams its weight rows through a shared-memory ring as
 // fast as the TMA engine brings them, and the tensor cores take them from there:
 // - A stage is one 128-deep K block (one block of the scale format): two 64-row boxes of
-//   weights (8 KB each, 128-byte swizzle) and the tokens' box (8 or 16 rows; TMA fills
-//   the rows past M with zeros), loaded by one producer thread with tensor-map copies,
-//   the weights evict-first, refilled two stages at a time (each row's 256 contiguous
-//   bytes at once). A stage is free again once the wgmmas that read it retire.
+//   weights (8 KB each, 128-byte swizzle), loaded by one producer thread with tensor-map
+//   copies, evict-first, refilled two stages at a time (each row's 256 contiguous bytes
+//   at once), and the tokens' box (8 or 16 rows of e4m3, the rows past M zeros). A stage
+//   is free again once the wgmmas that read it retire.
+// - The tokens' box: x itself (bf16/fp16) is quantized in the kernel, 1x128 as the
+//   quantization pass computes it (fp8_convert.cuh, the same bits): per stage the
+//   consumers load the K block of every token (from L2; loads issued one stage ahead),
+//   form each group's scale and write the e4m3 box into the stage in the 128-byte swizzle
+//   the wgmma reads, so neither the gate/up nor the linear waits for a quantization
+//   kernel (one launch fewer per call). The MLP's down reads h, which the gate/up
+//   quantized, by TMA.
 // - Math: swap-AB wgmma m64nNk32 e4m3 straight from shared memory (N = 8 or 16 tokens),
 //   one warpgroup: per stage, 4 k32 steps per box into a partial that is promoted into
 //   the float32 sum with scale_w x scale_x (one K block: DeepGEMM's promotion). Hopper's
@@ -27,8 +34,6 @@
 // - Each kernel is launched as a programmatic dependent of the one before it (PDL): its
 //   producer issues the first stages' weights (which no earlier kernel writes) before
 //   griddepcontrol.wait, so the weight stream starts under the previous kernel's tail.
-//   The op's first kernel (x's quantization) is launched normally and lets the gate/up
-//   start at once.
 // Build: part of the geglu_gemm_sm90 kernel (build.toml), sm_90a.
 
 #include <cuda.h>
@@ -89,6 +94,9 @@ struct Params {
   uint8_t* hq;          // [M, H] e4m3
   float* sh;            // [H / 128, ld_sh]
   int64_t ld_sh;
+  // x [M, K] (bf16/fp16, row stride ld_x), quantized in the kernel (kQuantizeX)
+  const void* x;
+  int64_t ld_x;
   // down
   float* partials;      // [splits, M, N] float32 workspace
   const void* residual;  // [M, N] or null
@@ -187,15 +195,54 @@ struct DownTile {
   }
 };
 
+// The tokens' box of one stage from x (kQuantizeX): 16 lanes a (token, K block) group, 8
+// values each, kN / 8 groups a thread (token threadIdx / 16 + 8 j); tokens past M are
+// zeros (scale 1).
+template <int kN, class XT>
+struct XQuantizer {
+  static constexpr int kGroups = kN / 8;
+  uint4 v[kGroups];
+  __device__ __forceinline__ int lane() const { return threadIdx.x % 16; }
+  __device__ __forceinline__ int token(int j) const { return threadIdx.x / 16 + 8 * j; }
+  __device__ __forceinline__ void load(const Params& p, int kb) {
+    const XT* x = static_cast<const XT*>(p.x) + int64_t(kb) * kBlock + 8 * lane();
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      v[j] = token(j) < p.M ? __ldg(reinterpret_cast<const uint4*>(x + token(j) * p.ld_x)) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  // Row t of the box at t * 128 bytes; its 16-byte chunk c at chunk c ^ (t % 8) (the
+  // swizzle TMA would have written; the box is 1024-byte aligned).
+  __device__ __forceinline__ void store(unsigned char* box, float* scales) const {
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      float f[8];
+      fp8_convert::unpack8<XT>(v[j], f);
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+      const float scale = fp8_convert::group_scale(amax);
+      const int t = token(j), chunk = (lane() / 2) ^ (t % 8);
+      *reinterpret_cast<uint2*>(box + t * kBlock + chunk * 16 + (lane() % 2) * 8) = fp8_convert::quantize8(f, scale);
+      if (lane() == 0) scales[t] = scale;
+    }
+  }
+};
+
 // The weight stream and the math: the producer warp's lane 0 fills the ring; the
 // consumer warpgroup runs the wgmmas and leaves with acc[box][i] = the block's float32 sums
 // (the thread's elements, acc_row / acc_token), then runs epilogue(acc) (consumers only).
-template <class Tile, int kN, int kStages, class Epilogue>
+// kQuantizeX: the tokens' boxes come from x (XQuantizer) and `act` is not read; else TMA
+// loads them from the e4m3 activations `act` with their scales p.act_scale.
+template <class Tile, int kN, int kStages, bool kQuantizeX, class XT, class Epilogue>
 __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtensorMap* w1, const CUtensorMap* act,
                                             const Params& p, Epilogue&& epilogue) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  __shared__ float x_scales[2][kN];  // kQuantizeX: stage i's token scales in [i % 2]
   using S = Ring<kN, kStages>;
+  // The bytes a stage's TMA copies bring (the tokens' box only when loaded).
+  constexpr uint32_t kStageTx = kQuantizeX ? 2 * kBoxBytes : S::kStageBytes;
   unsigned char* ring =
       smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);  // the 128-byte swizzle's 1024-byte atoms
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -219,17 +266,19 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
     auto load_weights = [&](int i) {
       unsigned char* stage = ring + (i % kStages) * S::kStageBytes;
       const int k = (kb0 + i) * kBlock;
-      mbar_arrive_expect_tx(&full[i % kStages], S::kStageBytes);
+      mbar_arrive_expect_tx(&full[i % kStages], kStageTx);
       tma_load(stage, w0, k, Tile::row(0), &full[i % kStages], weights);
       tma_load(stage + kBoxBytes, w1, k, Tile::row(1), &full[i % kStages], weights);
     };
     auto load_tokens = [&](int i) {
-      tma_load(ring + (i % kStages) * S::kStageBytes + S::kTokensOffset, act, (kb0 + i) * kBlock, 0,
-               &full[i % kStages], tokens);
+      if constexpr (!kQuantizeX) {
+        tma_load(ring + (i % kStages) * S::kStageBytes + S::kTokensOffset, act, (kb0 + i) * kBlock, 0,
+                 &full[i % kStages], tokens);
+      }
     };
     const int first = min(kStages, blocks);
     for (int i = 0; i < first; ++i) load_weights(i);
-    wait_for_previous_kernel();  // the activations come from the kernel before
+    if constexpr (!kQuantizeX) wait_for_previous_kernel();  // the activations come from the kernel before
     for (int i = 0; i < first; ++i) load_tokens(i);
     // Stages are refilled two at a time: each weight row's next 256 contiguous bytes reach
     // DRAM together. With the 128-byte L2 promotion (encode_tiled), Gemma-7B at 1 token
@@ -268,17 +317,35 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
   auto load_scales = [&](int i, Scales& s) {
     s.w[0] = __ldg(sw0 + i);
     s.w[1] = __ldg(sw1 + i);
+    if constexpr (!kQuantizeX) {
 #pragma unroll
-    for (int j = 0; j < kTok; ++j) s.x[j] = tok_in[j] ? __ldg(sx + int64_t(i) * p.ld_s + tok_off[j]) : 0.0f;
+      for (int j = 0; j < kTok; ++j) s.x[j] = tok_in[j] ? __ldg(sx + int64_t(i) * p.ld_s + tok_off[j]) : 0.0f;
+    }
   };
   float acc[2][kR] = {};
   Scales next;
-  if (blocks > 0) load_scales(0, next);
+  XQuantizer<kN, XT> xq;
+  if (blocks > 0) {
+    load_scales(0, next);
+    if constexpr (kQuantizeX) xq.load(p, kb0);
+  }
   for (int i = 0; i < blocks; ++i) {
-    const Scales cur = next;
+    Scales cur = next;
     if (i + 1 < blocks) load_scales(i + 1, next);
+    unsigned char* stage = ring + (i % kStages) * S::kStageBytes;
+    if constexpr (kQuantizeX) {
+      // The stage's tokens' box was last read by the wgmmas of stage i - kStages, retired.
+      xq.store(stage + S::kTokensOffset, x_scales[i % 2]);
+      if (i + 1 < blocks) xq.load(p, kb0 + i + 1);
+      // The box's generic-proxy stores before the wgmmas' async-proxy reads; the scales
+      // before every consumer's read (x_scales[i % 2] is written again at stage i + 2,
+      // past the next barrier, which each thread reaches after its reads of these).
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      consumer_sync();
+#pragma unroll
+      for (int j = 0; j < kTok; ++j) cur.x[j] = x_scales[i % 2][tok_off[j]];
+    }
     mbar_wait(&full[i % kStages], (i / kStages) & 1);
-    const unsigned char* stage = ring + (i % kStages) * S::kStageBytes;
     const uint64_t a0 = sw128_desc(stage), a1 = sw128_desc(stage + kBoxBytes);
     const uint64_t b = sw128_desc(stage + S::kTokensOffset);
     float part[2][kR];
@@ -306,12 +373,11 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
 
 // h = gelu(gate) * up for the block's 64 columns; the second block of each 128-column
 // group quantizes it.
-template <int kN, class Occ, bool kTanh>
+template <int kN, class Occ, bool kTanh, class XT>
 __global__ void __launch_bounds__(kThreads, Occ::kBlocksPerSm)
-    gate_up(const __grid_constant__ CUtensorMap wg, const __grid_constant__ CUtensorMap wu,
-            const __grid_constant__ CUtensorMap xq, const Params p) {
+    gate_up(const __grid_constant__ CUtensorMap wg, const __grid_constant__ CUtensorMap wu, const Params p) {
   __shared__ bool last;
-  stream_tile<GateUpTile, kN, Occ::kStages>(&wg, &wu, &xq, p, [&](float (&acc)[2][kN / 2]) {
+  stream_tile<GateUpTile, kN, Occ::kStages, true, XT>(&wg, &wu, &wg, p, [&](float (&acc)[2][kN / 2]) {
     const int t = threadIdx.x;
     const int64_t H = p.rows, n0 = GateUpTile::row(0);
 #pragma unroll
@@ -353,12 +419,13 @@ __global__ void __launch_bounds__(kThreads, Occ::kBlocksPerSm)
 }
 
 // The block's split sums to the workspace; the last split of a row tile adds them up in
-// split order with the residual.
-template <int kN, class T>
+// split order with the residual. The MLP's down reads the e4m3 h by TMA (`act`); the
+// linear (kQuantizeX) quantizes x, of the output's dtype T.
+template <int kN, class T, bool kQuantizeX>
 __global__ void __launch_bounds__(kThreads, TwoPerSm::kBlocksPerSm)
-    down(const __grid_constant__ CUtensorMap wd, const __grid_constant__ CUtensorMap hq, const Params p) {
+    down(const __grid_constant__ CUtensorMap wd, const __grid_constant__ CUtensorMap act, const Params p) {
   __shared__ bool last;
-  stream_tile<DownTile, kN, TwoPerSm::kStages>(&wd, &wd, &hq, p, [&](float (&acc)[2][kN / 2]) {
+  stream_tile<DownTile, kN, TwoPerSm::kStages, kQuantizeX, T>(&wd, &wd, &act, p, [&](float (&acc)[2][kN / 2]) {
     const int t = threadIdx.x;
     const int64_t N = p.rows, n0 = DownTile::row(0);
     const int splits = int(gridDim.y);
@@ -483,13 +550,48 @@ bool ld_ok(int64_t ld, int64_t M) { return ld >= M && ld < (int64_t(1) << 31); }
 
 namespace fp8_decode {
 
-template <int kN, class Occ>
+template <int kN, class Occ, class XT>
 int launch_gate_up(bool tanh, int tiles, cudaStream_t s, const CUtensorMap& g, const CUtensorMap& u,
-                   const CUtensorMap& x, const Params& p) {
+                   const Params& p) {
   constexpr int smem = Ring<kN, Occ::kStages>::kSmemBytes;
-  return tanh ? launch<gate_up<kN, Occ, true>>(dim3(unsigned(tiles)), smem, s, g, u, x, p)
-              : launch<gate_up<kN, Occ, false>>(dim3(unsigned(tiles)), smem, s, g, u, x, p);
+  return tanh ? launch<gate_up<kN, Occ, true, XT>>(dim3(unsigned(tiles)), smem, s, g, u, p)
+              : launch<gate_up<kN, Occ, false, XT>>(dim3(unsigned(tiles)), smem, s, g, u, p);
 }
+
+template <class XT>
+int launch_gate_up(bool tanh, bool few, int M, int tiles, cudaStream_t s, const CUtensorMap& g,
+                   const CUtensorMap& u, const Params& p) {
+  if (M <= 8) {
+    return few ? launch_gate_up<8, TwoPerSm, XT>(tanh, tiles, s, g, u, p)
+               : launch_gate_up<8, ThreePerSm, XT>(tanh, tiles, s, g, u, p);
+  }
+  return few ? launch_gate_up<16, TwoPerSm, XT>(tanh, tiles, s, g, u, p)
+             : launch_gate_up<16, ThreePerSm, XT>(tanh, tiles, s, g, u, p);
+}
+
+// The down kernel over weight `wd` [N, K], K-split to fill the GPU once; act: the e4m3
+// activations' map (the MLP's h), or p.x quantized in the kernel (kQuantizeX).
+template <bool kQuantizeX>
+int launch_down(int device, const sm90_launcher::DeviceInfo* info, Params p, int64_t K, int64_t N, const CUtensorMap& map_w,
+                const CUtensorMap& act, int dtype, int counter_offset, cudaStream_t s) {
+  const DownGrid g = down_grid(K, N, info->sm_count);
+  p.k_blocks = int(K / kBlock), p.split_blocks = g.split_blocks, p.rows = int(N);
+  p.counters = tile_counters::get(device, s, counter_offset + g.tiles);
+  if (p.counters == nullptr) return GEGLU_SM90_ERR_CUDA;
+  p.counters += counter_offset;
+  const dim3 grid(unsigned(g.tiles), unsigned(g.splits));
+  const bool bf16 = dtype == GEGLU_SM90_BF16;
+  if (p.M <= 8) {
+    constexpr int smem = Ring<8, TwoPerSm::kStages>::kSmemBytes;
+    return bf16 ? launch<down<8, __nv_bfloat16, kQuantizeX>>(grid, smem, s, map_w, act, p)
+                : launch<down<8, __half, kQuantizeX>>(grid, smem, s, map_w, act, p);
+  }
+  constexpr int smem = Ring<16, TwoPerSm::kStages>::kSmemBytes;
+  return bf16 ? launch<down<16, __nv_bfloat16, kQuantizeX>>(grid, smem, s, map_w, act, p)
+              : launch<down<16, __half, kQuantizeX>>(grid, smem, s, map_w, act, p);
+}
+
+bool x_ok(const void* x, int64_t ldx, int64_t K) { return aligned16(x) && ldx >= K && ldx % 8 == 0 && ldx < (int64_t(1) << 31); }
 
 }  // namespace fp8_decode
 
@@ -502,16 +604,25 @@ extern "C" int64_t geglu_fp8_decode_workspace_bytes(int64_t M, int64_t H, int64_
   return h_bytes(M, H) + int64_t(grid.splits) * M * N * 4;
 }
 
-extern "C" int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
-                                        const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
-                                        void* hq, float* sh, int64_t ld_sh, int approximate, void* workspace,
+extern "C" int64_t geglu_fp8_decode_linear_workspace_bytes(int64_t M, int64_t K, int64_t N) {
+  using namespace fp8_decode;
+  int device = 0;
+  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr || M <= 0 || !size_ok(K) || !size_ok(N)) return 0;
+  return int64_t(down_grid(K, N, info->sm_count).splits) * M * N * 4;
+}
+
+extern "C" int geglu_fp8_decode_gate_up(const void* x, int64_t ldx, int64_t M, int64_t K, const void* wg,
+                                        const float* sg, const void* wu, const float* su, int64_t H, void* hq,
+                                        float* sh, int64_t ld_sh, int approximate, int dtype, void* workspace,
                                         void* stream) {
   using namespace fp8_decode;
-  if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(H) || !ld_ok(ld_sx, M) || !ld_ok(ld_sh, M)) {
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(H) || !ld_ok(ld_sh, M)) {
     return GEGLU_SM90_ERR_SHAPE;
   }
-  if (!aligned16(xq) || !aligned16(wg) || !aligned16(wu) || !aligned16(workspace) || !aligned16(hq) ||
-      !aligned4(sx) || !aligned4(sg) || !aligned4(su) || !aligned4(sh)) {
+  if (!x_ok(x, ldx, K) || !aligned16(wg) || !aligned16(wu) || !aligned16(workspace) || !aligned16(hq) ||
+      !aligned4(sg) || !aligned4(su) || !aligned4(sh)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
   int device = 0;
@@ -519,16 +630,13 @@ extern "C" int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t
   if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   if (M == 0) return GEGLU_SM90_OK;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int n = M <= 8 ? 8 : 16;
-  CUtensorMap map_g, map_u, map_x;
-  if (encode_tiled(&map_g, wg, K, H, kBoxRows) != CUDA_SUCCESS ||
-      encode_tiled(&map_u, wu, K, H, kBoxRows) != CUDA_SUCCESS ||
-      encode_tiled(&map_x, xq, K, M, n) != CUDA_SUCCESS) {
+  CUtensorMap map_g, map_u;
+  if (encode_tiled(&map_g, wg, K, H, kBoxRows) != CUDA_SUCCESS || encode_tiled(&map_u, wu, K, H, kBoxRows) != CUDA_SUCCESS) {
     return GEGLU_SM90_ERR_CUDA;
   }
   Params p = {};
   p.k_blocks = int(K / kBlock), p.split_blocks = p.k_blocks, p.M = int(M), p.rows = int(H);
-  p.act_scale = sx, p.ld_s = ld_sx;
+  p.x = x, p.ld_x = ldx;
   p.s0 = sg, p.s1 = su;
   p.h = static_cast<float*>(workspace), p.hq = static_cast<uint8_t*>(hq), p.sh = sh, p.ld_sh = ld_sh;
   p.counters = tile_counters::get(device, s, H / kBlock);
@@ -536,12 +644,8 @@ extern "C" int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t
   const int tiles = int(H / kBoxRows);
   const bool few = tiles <= TwoPerSm::kBlocksPerSm * info->sm_count;
   const bool tanh = approximate != 0;
-  if (M <= 8) {
-    return few ? launch_gate_up<8, TwoPerSm>(tanh, tiles, s, map_g, map_u, map_x, p)
-               : launch_gate_up<8, ThreePerSm>(tanh, tiles, s, map_g, map_u, map_x, p);
-  }
-  return few ? launch_gate_up<16, TwoPerSm>(tanh, tiles, s, map_g, map_u, map_x, p)
-             : launch_gate_up<16, ThreePerSm>(tanh, tiles, s, map_g, map_u, map_x, p);
+  return dtype == GEGLU_SM90_BF16 ? launch_gate_up<__nv_bfloat16>(tanh, few, int(M), tiles, s, map_g, map_u, p)
+                                  : launch_gate_up<__half>(tanh, few, int(M), tiles, s, map_g, map_u, p);
 }
 
 extern "C" int geglu_fp8_decode_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
@@ -560,29 +664,45 @@ extern "C" int geglu_fp8_decode_down(const void* hq, const float* sh, int64_t ld
   const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
   if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
   if (M == 0) return GEGLU_SM90_OK;
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int n = M <= 8 ? 8 : 16;
   CUtensorMap map_w, map_h;
   if (encode_tiled(&map_w, wd, H, N, kBoxRows) != CUDA_SUCCESS ||
-      encode_tiled(&map_h, hq, H, M, n) != CUDA_SUCCESS) {
+      encode_tiled(&map_h, hq, H, M, M <= 8 ? 8 : 16) != CUDA_SUCCESS) {
     return GEGLU_SM90_ERR_CUDA;
   }
-  const DownGrid g = down_grid(H, N, info->sm_count);
   Params p = {};
-  p.k_blocks = int(H / kBlock), p.split_blocks = g.split_blocks, p.M = int(M), p.rows = int(N);
+  p.M = int(M);
   p.act_scale = sh, p.ld_s = ld_sh;
   p.s0 = sd, p.s1 = sd;
   p.partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + h_bytes(M, H));
   p.residual = residual, p.out = out;
   // Counters after the gate/up's, so that the two kernels never share one.
-  p.counters = tile_counters::get(device, s, H / kBlock + g.tiles);
-  if (p.counters == nullptr) return GEGLU_SM90_ERR_CUDA;
-  p.counters += H / kBlock;
-  const dim3 grid(unsigned(g.tiles), unsigned(g.splits));
-  if (n == 8) {
-    return dtype == GEGLU_SM90_BF16 ? launch<down<8, __nv_bfloat16>>(grid, Ring<8, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p)
-                                    : launch<down<8, __half>>(grid, Ring<8, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p);
+  return launch_down<false>(device, info, p, H, N, map_w, map_h, dtype, int(H / kBlock),
+                            static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int geglu_fp8_decode_linear(const void* x, int64_t ldx, int64_t M, int64_t K, const void* w,
+                                       const float* sw, int64_t N, const void* residual, void* out, int dtype,
+                                       void* workspace, void* stream) {
+  using namespace fp8_decode;
+  if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
+  if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(N)) return GEGLU_SM90_ERR_SHAPE;
+  if (!x_ok(x, ldx, K) || !aligned16(w) || !aligned16(workspace) || !aligned4(sw) || out == nullptr ||
+      (reinterpret_cast<uintptr_t>(out) & 1u) || (reinterpret_cast<uintptr_t>(residual) & 1u)) {
+    return GEGLU_SM90_ERR_ALIGN;
   }
-  return dtype == GEGLU_SM90_BF16 ? launch<down<16, __nv_bfloat16>>(grid, Ring<16, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p)
-                                  : launch<down<16, __half>>(grid, Ring<16, TwoPerSm::kStages>::kSmemBytes, s, map_w, map_h, p);
+  int device = 0;
+  const sm90_launcher::DeviceInfo* info = sm90_launcher::current_sm90_device(&device);
+  if (info == nullptr) return GEGLU_SM90_ERR_DEVICE;
+  if (M == 0) return GEGLU_SM90_OK;
+  CUtensorMap map_w;
+  if (encode_tiled(&map_w, w, K, N, kBoxRows) != CUDA_SUCCESS) return GEGLU_SM90_ERR_CUDA;
+  Params p = {};
+  p.M = int(M);
+  p.x = x, p.ld_x = ldx;
+  p.s0 = sw, p.s1 = sw;
+  p.partials = static_cast<float*>(workspace);
+  p.residual = residual, p.out = out;
+  // Its own counters (offset 0 as the gate/up's: the linear and an MLP's gate/up run one
+  // after the other on a stream, each leaving its counters at 0).
+  return launch_down<true>(device, info, p, K, N, map_w, map_w, dtype, 0, static_cast<cudaStream_t>(stream));
 }

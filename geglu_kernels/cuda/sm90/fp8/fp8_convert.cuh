@@ -1,9 +1,15 @@
 #pragma once
 // float32 to e4m3 for the FP8 MLP's activation quantization (fp8_mlp_sm90.h states the
 // rule): the conversion, the correctly rounded quotient by a group's scale, and a
-// 128-column group's scale and values as 16 lanes hold them.
+// 128-column group's scale and values as 16 lanes hold them. The quantization pass
+// (fp8_quantize_rows.cu) and the decode kernels' in-kernel quantization of x
+// (fp8_decode_sm90.cu) both compute it with these, so their bits agree.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fp8_convert {
 
@@ -23,6 +29,23 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
 __device__ __forceinline__ float div_by_scale(float v, float scale, float r) {
   const float q = v * r;
   return fmaf(fmaf(-q, scale, v), r, q);
+}
+
+// 8 bf16 (T = __nv_bfloat16) or fp16 values, loaded as one 16-byte word, as floats (exact).
+template <class T>
+__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 p;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      p = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    } else {
+      p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    }
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
 }
 
 // A 128-column group held 8 values a lane by 16 consecutive lanes (every lane of the warp

@@ -50,19 +50,28 @@ int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_sh, int64_t 
                         int dtype, void* workspace, void* stream);
 
 // At 1..GEGLU_FP8_DECODE_MAX_M tokens the MLP is a weight read: the same two GEMMs as
-// weight-streaming kernels (fp8_decode_sm90.cu), launched as programmatic dependents of
-// the kernel before them (the op's x quantization, then the gate/up). Same results as the
-// two above up to float32 summation order; h is quantized as h / scale (correctly
-// rounded). Both take the same device workspace (16-byte aligned) of
+// weight-streaming kernels (fp8_decode_sm90.cu), each launched as a programmatic
+// dependent of the kernel before it; the gate/up quantizes x itself (1x128, the bits
+// geglu_fp8_quantize_rows gives), so the op is two launches. Same results as the two
+// above up to float32 summation order; h is quantized as h / scale (correctly rounded).
+// Both take the same device workspace (16-byte aligned) of
 // geglu_fp8_decode_workspace_bytes(M, H, N) bytes for the current device (0: not served).
 enum { GEGLU_FP8_DECODE_MAX_M = 16 };
 int64_t geglu_fp8_decode_workspace_bytes(int64_t M, int64_t H, int64_t N);
-// geglu_fp8_sm90_gate_up's hq and sh.
-int geglu_fp8_decode_gate_up(const void* xq, const float* sx, int64_t ld_sx, int64_t M, int64_t K,
-                             const void* wg, const float* sg, const void* wu, const float* su, int64_t H,
-                             void* hq, float* sh, int64_t ld_sh, int approximate, void* workspace, void* stream);
+// geglu_fp8_sm90_gate_up's hq and sh, from x [M, K] itself (bf16 or fp16 as dtype says,
+// row stride ldx a multiple of 8, 16-byte aligned).
+int geglu_fp8_decode_gate_up(const void* x, int64_t ldx, int64_t M, int64_t K, const void* wg, const float* sg,
+                             const void* wu, const float* su, int64_t H, void* hq, float* sh, int64_t ld_sh,
+                             int approximate, int dtype, void* workspace, void* stream);
 // geglu_fp8_sm90_down's out (out and the residual need element alignment only).
 int geglu_fp8_decode_down(const void* hq, const float* sh, int64_t ld_sh, int64_t M, int64_t H,
                           const void* wd, const float* sd, int64_t N, const void* residual, void* out,
                           int dtype, void* workspace, void* stream);
+// One block-scaled linear at 1..GEGLU_FP8_DECODE_MAX_M tokens, one launch: out[M, N] =
+// quantize_1x128(x) @ deq(w)^T (+ residual), x [M, K] as the gate/up's, quantized in the
+// kernel; out and the residual of x's dtype. Workspace (16-byte aligned):
+// geglu_fp8_decode_linear_workspace_bytes(M, K, N) bytes (0: not served).
+int64_t geglu_fp8_decode_linear_workspace_bytes(int64_t M, int64_t K, int64_t N);
+int geglu_fp8_decode_linear(const void* x, int64_t ldx, int64_t M, int64_t K, const void* w, const float* sw,
+                            int64_t N, const void* residual, void* out, int dtype, void* workspace, void* stream);
 GEGLU_SM90_END_C_DECLS

@@ -21,24 +21,9 @@ namespace {
 constexpr int kThreadsPerGroup = 16;  // fp8_convert::group_scale's lanes
 constexpr int kBlockThreads = 256;
 
-__device__ __forceinline__ void to_float8(uint4 v, bool bf16, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (bf16) {
-      const float2 p = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-      f[2 * i] = p.x;
-      f[2 * i + 1] = p.y;
-    } else {
-      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      f[2 * i] = p.x;
-      f[2 * i + 1] = p.y;
-    }
-  }
-}
-
+template <class T>
 __global__ void __launch_bounds__(kBlockThreads) quantize_rows_kernel(const uint16_t* __restrict__ x, int64_t ldx,
-                                                                      bool bf16, int64_t M, int64_t groups_per_row,
+                                                                      int64_t M, int64_t groups_per_row,
                                                                       uint8_t* __restrict__ q, float* __restrict__ s,
                                                                       int64_t ld_s) {
   // The FP8 decode gate/up, launched after this as a programmatic dependent, may start now:
@@ -54,7 +39,7 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_rows_kernel(const uint
   float amax = 0.0f;
   if (live) {
     const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + row * ldx + col));
-    to_float8(v, bf16, f);
+    fp8_convert::unpack8<T>(v, f);
 #pragma unroll
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
   }
@@ -81,9 +66,9 @@ extern "C" int geglu_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, in
   const int64_t groups = M * (K / 128);
   const int64_t blocks = (groups * kThreadsPerGroup + kBlockThreads - 1) / kBlockThreads;
   if (blocks >= (int64_t(1) << 31)) return GEGLU_SM90_ERR_SHAPE;
-  quantize_rows_kernel<<<unsigned(blocks), kBlockThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const uint16_t*>(x), ldx, dtype == GEGLU_SM90_BF16, M, K / 128, static_cast<uint8_t*>(q), s,
-      ld_s);
+  const auto kernel = dtype == GEGLU_SM90_BF16 ? quantize_rows_kernel<__nv_bfloat16> : quantize_rows_kernel<__half>;
+  kernel<<<unsigned(blocks), kBlockThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint16_t*>(x), ldx, M, K / 128, static_cast<uint8_t*>(q), s, ld_s);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     sm90_launcher::record_cuda_error(e);
