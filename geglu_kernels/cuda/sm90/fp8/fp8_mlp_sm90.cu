@@ -156,13 +156,14 @@ struct Down {
 };
 
 // The down projection's routes by token count (H100, 2026-11-27, check_fp8_mlp_h100.log):
-// at up to kDecodeTokens, a weight read, stream-K (Gemma-7B, 16 tokens: 57.1 us against
+// at up to kStreamKTokens, a weight read, stream-K (Gemma-7B, 16 tokens: 57.1 us against
 // 79.3: its 128-column tiles are 24 for 132 SMs, so K is split across CTAs and the last of
-// a tile sums the partials); above, data-parallel tiles.
-constexpr int64_t kDecodeTokens = 64;
+// a tile sums the partials); above, data-parallel tiles. The ops send 1-16 tokens to the
+// decode kernels (fp8_decode_sm90.cu), so stream-K serves 17-64 from them.
+constexpr int64_t kStreamKTokens = 64;
 template <class Element>
 using DownStreamK = Down<Element, cutlass::gemm::StreamKScheduler>;
-// Above kDecodeTokens with 16 or more 128-column output tiles, clusters of two along N
+// Above kStreamKTokens with 16 or more 128-column output tiles, clusters of two along N
 // share each h tile by TMA multicast, halving h's L2 reads (h is the large operand: K =
 // hidden): Gemma-7B / Gemma-2B at 4096 tokens 549.1 / 236.5 us against 593.8 / 242.4,
 // the blog shape's 6 tiles 40.2 against 38.8 (H100, 2026-11-27, check_fp8_mlp_h100.log;
@@ -254,7 +255,7 @@ extern "C" int geglu_fp8_sm90_gate_up(const void* xq, const float* sx, int64_t l
 
 extern "C" int64_t geglu_fp8_sm90_workspace_bytes(int64_t M, int64_t H, int64_t N) {
   using namespace fp8_sm90;
-  if (M > kDecodeTokens || M <= 0) return 0;
+  if (M > kStreamKTokens || M <= 0) return 0;
   const DownArgs d = down_args(nullptr, nullptr, (M + 3) / 4 * 4, M, H, nullptr, nullptr, N, nullptr, nullptr, nullptr);
   return int64_t(sm90_launcher::gemm_workspace_bytes_on_current_device<DownStreamK<cutlass::bfloat16_t>::Kernel>(
       d, FillDown<cutlass::bfloat16_t>{}));
@@ -271,7 +272,7 @@ extern "C" int geglu_fp8_sm90_down(const void* hq, const float* sh, int64_t ld_s
       (residual != nullptr && !aligned16(residual)) || !aligned16(workspace)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
-  const bool stream_k = M <= kDecodeTokens;
+  const bool stream_k = M <= kStreamKTokens;
   const DownArgs a = down_args(hq, sh, ld_sh, M, H, wd, sd, N, residual, out, stream_k ? workspace : nullptr);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool bf16 = dtype == GEGLU_SM90_BF16;
