@@ -11,9 +11,10 @@ reference), in the terms of fp8_mlp.py's module docstring:
   c = bias.to(x.dtype) + residual in x's dtype (either may be None). A row with inf or
   NaN in x gives a NaN row.
 - The kernels: x's quantization (fp8_quantize_rows.cu), then the FP8 MLP's down GEMM
-  (the CUTLASS block-scaled GEMM with c as its epilogue source; at 1-16 tokens its
-  weight-streaming decode kernel). A bias is added to the residual by one torch op
-  before the call (Gemma's projections have none).
+  (the CUTLASS block-scaled GEMM with c as its epilogue source); at 1-16 tokens one
+  weight-streaming decode kernel that quantizes x itself (fp8_decode_sm90.cu, the same
+  bits). A bias is added to the residual by one torch op before the call (Gemma's
+  projections have none).
 
 Inference only, as FP8Linear's weights are frozen: the weight, its scales and the bias
 get no gradient (FP8Linear gives the bias none either), so their requires_grad is
