@@ -2,7 +2,6 @@
 # Builds one CUDA source into .sm90dev/<lib>.so (C ABI, cudart static, no torch) for the
 # ctypes check/bench scripts here; ptxas's register/spill report goes to
 # .sm90dev/ptxas_<lib>.log and its summary to the terminal:
-#   tools/sm90_gemm/build_lib.sh tools/sm90_gemm/linear_sm90.cu liblinear_sm90             # check_linear.py
 #   tools/sm90_gemm/build_lib.sh geglu_kernels/cuda/sm90/bf16/linear_gelu_sm90.cu liblinear_gelu_sm90 # check_linear_gelu.py
 #   tools/sm90_gemm/build.sh                                                                 # the GeGLU engine
 # Extra arguments go to nvcc. Needs nvcc >= 12.3 and CUTLASS 4.2 headers:

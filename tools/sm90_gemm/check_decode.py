@@ -27,8 +27,8 @@ import os
 
 import torch
 
-from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, check_linear_case, decode_grid, log, log_device, log_rows, rel_err, save_results
+from harness import (ROOT, check_linear_case, decode_grid, graph_rounds, log, log_device, log_rows,
+                     read_bandwidth, rel_err, save_results)
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 

@@ -26,8 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_linear import graph_rounds  # noqa: E402
-from harness import ROOT, log, save_results  # noqa: E402
+from harness import ROOT, graph_rounds, log, save_results  # noqa: E402
 
 SHAPES = {"bert_large": (8192, 1024, 4096), "gpt2_xl": (8192, 1600, 6400), "bert_large_m64": (64, 1024, 4096),
           "t5_xl_ff": (4096, 2048, 5120)}

@@ -26,10 +26,9 @@ import time
 
 import torch
 
-from check_linear import graph_rounds, read_bandwidth
 from check_linear_swapab import SplitK, check_pairs, pair
-from harness import (ROOT, decode_grid, log, log_device, log_rows, mlp_weights, rel_err, save_results,
-                     token_operands)
+from harness import (ROOT, decode_grid, graph_rounds, log, log_device, log_rows, mlp_weights, read_bandwidth,
+                     rel_err, save_results, token_operands)
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 

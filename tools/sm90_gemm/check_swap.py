@@ -6,7 +6,8 @@ gate/up with the down projection the op runs after it (with --decode-lib, the de
 linear at 1-4 tokens; cuBLAS's addmm above), beside eager's kernels (cuBLAS's merged
 GEMM, torch's GeGLU, addmm). (The same-run comparison with the decode
 gate/up kernel this one replaced at 1-4 tokens: commit e20bd53's version of this script,
---decode-lib a build of that commit's decode_sm90.cu; H200, 2026-11-26: benchmarks/results/h200_2026-11-26/check_swap_vs_decode_h200.log.)
+--decode-lib a build of that commit's decode_sm90.cu; H200, 2026-11-26:
+benchmarks/results/h200_2026-11-26/excerpts.log [check_swap_vs_decode_h200].)
 
 Correctness: float64 reference on fresh random inputs, outputs poisoned with NaN, M = 1..64
 over odd (multiple-of-8) K and any H, biases, padded strides, a merged weight read in
@@ -25,8 +26,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-from check_linear import graph_rounds, read_bandwidth
-from harness import ROOT, decode_grid, log, log_device, log_rows, padded, rel_err, save_results
+from harness import (ROOT, decode_grid, graph_rounds, log, log_device, log_rows, padded, read_bandwidth,
+                     rel_err, save_results)
 
 DT = {torch.bfloat16: 0, torch.float16: 1}
 

@@ -2,7 +2,7 @@
 // (geglu_kernels/cuda/sm90/bf16/geglu_gemm_sm90.cuh) in the product's four variants, under the same
 // ids, and eight more that the shape pick does not use, behind a tuning C ABI that
 // names the variant and the scheduler settings per call, for check_and_bench.py,
-// ncu_probe.py, check_linear.py and check_swap.py. Built by build.sh into
+// ncu_probe.py and check_swap.py. Built by build.sh into
 // .sm90dev/libgeglu_gemm_sm90.so; never part of a release.
 //
 // The tuning ABI (the product's geglu_gemm_sm90.h, plus `config` and the config queries):
@@ -69,7 +69,8 @@ using TuningGemm = GegluGemm<Element, BM, BN, Schedule, ClusterM, ClusterN, NoSt
 
 // X(id, name, BM, BN, schedule, cluster M[, cluster N]), as the product's table. The ids
 // are the ones this tool's results use since the product kept three variants
-// (benchmarks/results/h100_2026-11-23/gemm_sm90_h100.log predates it: match by name).
+// (the H100 sweep of 2026-11-23, benchmarks/results/h100_2026-11-23/excerpts.log
+// [gemm_sm90_h100], predates it: match by name).
 #define GEGLU_SM90_TUNING_VARIANTS(X)                                                          \
   X(4, "coop_128x(2x128)x64_c1", 128, 128, KernelTmaWarpSpecializedCooperative, 1)             \
   X(5, "pingpong_128x(2x64)x64_c1", 128, 64, KernelTmaWarpSpecializedPingpong, 1)              \

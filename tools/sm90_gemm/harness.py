@@ -25,6 +25,71 @@ def save_log(path: str) -> None:
         f.write("\n".join(_lines) + "\n")
 
 
+def graph_time(fn, reps=20):
+    """fn captured `reps` times in one CUDA graph (after a warm-up on a side stream): a
+    function that replays the graph once and returns us per call."""
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+
+    def once():
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b) * 1000 / reps
+
+    return once
+
+
+def graph_rounds(cands, rounds=5, skip_failures=False):
+    """Each candidate captured (graph_time) and replayed in `rounds` interleaved rounds:
+    {name: [us per call, one per round]}. skip_failures: a candidate whose capture
+    fails is logged and left out instead of raising."""
+    timers = {}
+    for k, f in cands.items():
+        try:
+            timers[k] = graph_time(f)
+        except Exception as e:  # noqa: BLE001
+            if not skip_failures:
+                raise
+            log(f"  {k}: failed {e}")
+    samples = {k: [] for k in timers}
+    for _ in range(rounds):
+        for k, t in timers.items():
+            samples[k].append(t())
+    return samples
+
+
+def read_bandwidth(copy=False):
+    """Bytes/s of an int64 sum over 1 GiB (the read rate the weight-read floors use) and,
+    with copy=True, of a 1 GiB device-to-device copy (read + write bytes): medians of 10
+    graph replays of 5 calls each."""
+    big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
+    rd = graph_time(lambda: big.view(torch.int64).sum(), reps=5)
+    bw_read = (1 << 30) / (statistics.median(rd() for _ in range(10)) * 1e-6)
+    if not copy:
+        log(f"read bandwidth (int64 sum of 1 GiB): {bw_read / 1e12:.3f} TB/s")
+        return bw_read
+    dst = torch.empty_like(big)
+    cp = graph_time(lambda: dst.copy_(big), reps=5)
+    bw_copy = 2 * (1 << 30) / (statistics.median(cp() for _ in range(10)) * 1e-6)
+    log(f"read bandwidth (int64 sum of 1 GiB): {bw_read / 1e12:.3f} TB/s; copy: {bw_copy / 1e12:.3f} TB/s")
+    return bw_read, bw_copy
+
+
 def save_results(out_dir: str, stem: str, results) -> None:
     """The log as out_dir/stem.log and `results` as out_dir/stem.json."""
     os.makedirs(out_dir, exist_ok=True)

@@ -47,7 +47,7 @@ LayoutSFB weight_scale_layout(int N, int K) {
 // warp groups on one tile, 64 rows each. CUTLASS 4.3 and newer (the release builds' 4.4)
 // take 128- or 256-row tiles only in the blockwise-scaled mainloop: Pingpong's 64-row
 // tiles, faster at 17-64 tokens under CUTLASS 4.2 (Gemma-7B, 16 tokens: 72.5 against 77.8
-// us, H100, 2026-11-27, check_fp8_mlp_h100.log), do not compile there.
+// us, H100, 2026-11-27, benchmarks/results/h100_2026-11-27/excerpts.log [check_fp8_mlp_h100]), do not compile there.
 struct GateUpGemm {
   static constexpr int BM = 128;
   static constexpr int Stages = 4;  // 4 stages of 16 KB A + 32 KB B (+ scales)
@@ -155,7 +155,7 @@ struct Down {
                                                       TileScheduler>;
 };
 
-// The down projection's routes by token count (H100, 2026-11-27, check_fp8_mlp_h100.log):
+// The down projection's routes by token count (H100, 2026-11-27, benchmarks/results/h100_2026-11-27/excerpts.log [check_fp8_mlp_h100]):
 // at up to kStreamKTokens, a weight read, stream-K (Gemma-7B, 16 tokens: 57.1 us against
 // 79.3: its 128-column tiles are 24 for 132 SMs, so K is split across CTAs and the last of
 // a tile sums the partials); above, data-parallel tiles. The ops send 1-16 tokens to the
@@ -166,7 +166,7 @@ using DownStreamK = Down<Element, cutlass::gemm::StreamKScheduler>;
 // Above kStreamKTokens with 16 or more 128-column output tiles, clusters of two along N
 // share each h tile by TMA multicast, halving h's L2 reads (h is the large operand: K =
 // hidden): Gemma-7B / Gemma-2B at 4096 tokens 549.1 / 236.5 us against 593.8 / 242.4,
-// the blog shape's 6 tiles 40.2 against 38.8 (H100, 2026-11-27, check_fp8_mlp_h100.log;
+// the blog shape's 6 tiles 40.2 against 38.8 (H100, 2026-11-27, benchmarks/results/h100_2026-11-27/excerpts.log [check_fp8_mlp_h100];
 // 2 x 1 clusters 559.0 / 239.2 / 41.0, Pingpong 64 x 128 tiles 808-848 at Gemma-7B); on an
 // H200 even (552.7 / 245.7 against 551.1 / 249.0).
 constexpr int64_t kWideDownColumns = 16 * 128;
