@@ -1,9 +1,10 @@
 // Host time of one kernel launch, plain against cooperative, for a kernel shaped like
 // the decode MLP's one kernel (mlp_fused_sm90.cu): 384 threads, ~200 KB of dynamic shared
 // memory (one CTA per SM), a ~1 KB parameter struct, 116 CTAs. A host profile of the
-// kernelized GemmaMLP call (benchmarks/host_profile.py) put a quarter of its host time in
-// cudaLaunchKernelExC; this says how much of that the cooperative attribute costs, and
-// the parameter struct's size (the same kernel with 64 bytes of params).
+// kernelized GemmaMLP call (benchmarks/host_profile.py (git history, commit 0877889)) put
+// a quarter of its host time in cudaLaunchKernelExC; this says how much of that the
+// cooperative attribute costs, and the parameter struct's size (the same kernel with 64
+// bytes of params).
 //
 //   nvcc -O2 -arch=sm_90a -o /tmp/launch_cost tools/launch_cost.cu && /tmp/launch_cost
 //

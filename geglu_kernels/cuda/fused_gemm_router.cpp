@@ -5,7 +5,7 @@
 // with 16-byte aligned rows; any other call gets std::nullopt and the op runs torch's
 // GEMMs (cuBLAS). One rule serves the H100 and the H200. The measurements behind each rule
 // and threshold: docs/DESIGN.md, "GEMMs" and "Decode GEMMs and what bounds a decode step".
-// - fused_gate_up (_geglu_mlp): the swap-AB gate/up (geglu_swapab_sm90.cu: the weights on
+// - fused_gate_up (_geglu_mlp, _geglu_linear): the swap-AB gate/up (geglu_swapab_sm90.cu: the weights on
 //   the wgmma's 128-row side) at 1-32 tokens, where it beats the engine's tiles; the Hopper
 //   GEMM engine (geglu_gemm_sm90.cu) above, where the engine's 64-row tile wins.
 // - fused_down (_geglu_mlp's down projection; down_serves, down_kernel_by_size):
@@ -112,6 +112,8 @@ constexpr int64_t kSplitKMinWeightBytes = int64_t(48) << 20;
 // the top): Gemma-2-2B's 40.5 MiB ran faster than the swap-AB gate/up + addmm, a 32 MiB
 // one (2048 x 8192) slower.
 constexpr int64_t kOneKernelMinWeightBytes = int64_t(40) << 20;
+// The bias + GELU engine's first token count past cuBLAS(Lt) (see the top).
+constexpr int64_t kLinearGeluMaxCublasTokens = 128;
 
 // The engine's rules (geglu_gemm_sm90.h; the swap-AB kernel's, geglu_swapab_sm90.h, are
 // the same or looser), checked before anything is allocated.
@@ -408,7 +410,7 @@ Tensor fused_fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &wei
 OptTensor fused_linear_gelu(const Tensor &x, const Tensor &weight, const OptTensor &bias, bool tanh) {
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   if (!engine_dtype(x)) return std::nullopt;
-  if (m <= 128 || m > kMaxInt32 || k > kMaxInt32 || n > kMaxInt32 || n % 8 != 0) {
+  if (m <= kLinearGeluMaxCublasTokens || m > kMaxInt32 || k > kMaxInt32 || n > kMaxInt32 || n % 8 != 0) {
     return std::nullopt;
   }
   if (bias.has_value() && !bias->is_contiguous()) return std::nullopt;
