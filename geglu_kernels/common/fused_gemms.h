@@ -61,9 +61,9 @@ Tensor fused_fp8_mlp(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
 // The block-scaled FP8 linear (_fp8_linear, geglu_kernels/ops/geglu_mlp_fp8.cpp): x [M, K]
 // bf16/fp16 contiguous, weight e4m3 [N, K] with float32 128x128 block scales, residual
 // [M, N] of x's dtype, contiguous and 16-byte aligned, or none; all checked by the caller.
-// x quantized per 1x128 group as fused_fp8_mlp quantizes it, then the FP8 MLP's down GEMM
-// (its decode kernel at 1-16 tokens); a new tensor of out_shape ([..., N], M rows). Only
-// where fp8_mlp_served(x).
+// x quantized per 1x128 group as fused_fp8_mlp quantizes it, then the FP8 MLP's down GEMM;
+// at 1-16 tokens one decode kernel that quantizes x itself. A new tensor of out_shape
+// ([..., N], M rows). Only where fp8_mlp_served(x).
 Tensor fused_fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &weight_scale, const OptTensor &residual,
                         torch::headeronly::IntHeaderOnlyArrayRef out_shape);
 

@@ -98,6 +98,8 @@ Tensor geglu_mlp_fp8(const Tensor &x, const Tensor &w_gate, const Tensor &w_gate
   check_fp8_weight("w_gate", "w_gate_scale", w_gate, w_gate_scale, x, hidden, k);
   check_fp8_weight("w_up", "w_up_scale", w_up, w_up_scale, x, hidden, k);
   check_fp8_weight("w_down", "w_down_scale", w_down, w_down_scale, x, n, hidden);
+  // The kernels' loads of x: 16-byte words (geglu_mlp_fp8 copies a view that is not aligned).
+  GEGLU_CHECK_VALUE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, "x must be 16-byte aligned");
   const std::vector<int64_t> out_shape = output_shape(x, n);
   gemm_checks::check_optional("residual", residual, x, out_shape);
   GEGLU_CHECK_VALUE(!residual.has_value() || residual->is_contiguous(), "residual must be contiguous");

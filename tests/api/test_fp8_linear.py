@@ -356,9 +356,10 @@ def native(kernel):
 
 
 # (M values, (in, out)): Gemma's attention projections and the engine's edges. 1-16:
-# the decode kernel (8- and 16-token wgmmas); 17-64: the stream-K GEMM; above: the
-# data-parallel GEMM, in clusters of two from 2048 output columns on (2176: 17 tiles,
-# one cluster half out of bounds).
+# the decode kernel (8- and 16-token wgmmas; at 8192 -> 4096 each block's K split is 8
+# blocks, past its ring of 6 stages, so every stage's tokens' box is quantized into
+# again); 17-64: the stream-K GEMM; above: the data-parallel GEMM, in clusters of two
+# from 2048 output columns on (2176: 17 tiles, one cluster half out of bounds).
 CUDA_GRID = [
     ([1, 2, 8, 9, 16, 17, 64, 65, 129, 1000], (128, 128)),
     ([1, 16, 17, 2048], (3072, 4096)),
@@ -366,6 +367,7 @@ CUDA_GRID = [
     ([1, 7, 16, 33, 2048], (2048, 2048)),
     ([1, 16, 17, 2048], (2048, 256)),
     ([5, 129, 1000], (256, 2176)),
+    ([1, 5, 12, 16], (8192, 4096)),
 ]
 CUDA_CASES = [(m, shape) for ms, shape in CUDA_GRID for m in ms]
 
@@ -389,12 +391,13 @@ def test_native_grid(kernel, native, monkeypatch, case, extras):
 
 
 @cuda
+@pytest.mark.parametrize("k", [768, 8192])
 @pytest.mark.parametrize("lead", [(3, 43), (1, 5), (2, 6)], ids=lambda l: f"M{l[0] * l[1]}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-def test_native_dtypes_and_leading_dims(native, dtype, lead):
+def test_native_dtypes_and_leading_dims(native, dtype, lead, k):
     """129 rows (the GEMMs), 5 and 12 (the decode kernel's 8- and 16-token forms, which
-    quantize x of either dtype themselves)."""
-    x, q, s, _, r, _ = linear_inputs(0, 768, 1024, dtype, seed=5, device="cuda", residual=True, lead=lead)
+    quantize x of either dtype themselves; at K = 8192 past the ring's depth)."""
+    x, q, s, _, r, _ = linear_inputs(0, k, 1024, dtype, seed=5, device="cuda", residual=True, lead=lead)
     y = native.default(x, q, s, r)
     assert y.shape == (*lead, 1024) and y.dtype == dtype
     assert_kernel_matches_ref(y, ref64(x, q, s, None, r), what=str(dtype))

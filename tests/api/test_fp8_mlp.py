@@ -707,16 +707,35 @@ def test_native_decode_gate_up_weights_over_2_31_elements_large(kernel, native, 
 
 
 @cuda
+@pytest.mark.parametrize("k", [768, 1024])
 @pytest.mark.parametrize("lead", [(3, 43), (1, 5), (2, 6)], ids=lambda l: f"M{l[0] * l[1]}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("approximate", APPROX)
-def test_native_dtypes_approximations_and_leading_dims(native, dtype, approximate, lead):
+def test_native_dtypes_approximations_and_leading_dims(native, dtype, approximate, lead, k):
     """129 rows (the GEMMs), 5 and 12 (the decode kernels' 8- and 16-token forms; the
-    gate/up quantizes x of either dtype itself)."""
-    x, weights, res, _ = mlp_inputs(0, 768, 3072, 768, dtype, seed=5, device="cuda", residual=True, lead=lead)
+    gate/up quantizes x of either dtype itself, at K = 1024 past its ring's 6 stages)."""
+    x, weights, res, _ = mlp_inputs(0, k, 3072, 768, dtype, seed=5, device="cuda", residual=True, lead=lead)
     y = native.default(x, *weights, res, approximate)
     assert y.shape == (*lead, 768) and y.dtype == dtype
     assert_kernel_matches_ref(y, ref64(x, weights, res, approximate), what=f"{dtype} {approximate}")
+
+
+@cuda
+@pytest.mark.parametrize("m", [3, 100])
+def test_native_misaligned_x_and_residual(kernel, native, m):
+    """x and the residual as views whose data is not 16-byte aligned: geglu_mlp_fp8
+    copies them, and the result is the aligned tensors' (up to accumulation order); the
+    op itself names a misaligned x."""
+    x, weights, res, _ = mlp_inputs(m, 256, 512, 256, torch.bfloat16, seed=9, device="cuda", residual=True)
+    expected = kernel.geglu_mlp_fp8(x, *weights, residual=res)
+    xm = torch.empty(m * 256 + 3, dtype=x.dtype, device="cuda")[3:].view(m, 256)
+    xm.copy_(x)
+    rm = torch.empty(m * 256 + 1, dtype=res.dtype, device="cuda")[1:].view(m, 256)
+    rm.copy_(res)
+    assert xm.data_ptr() % 16 and rm.data_ptr() % 16
+    assert_same_up_to_accumulation_order(kernel.geglu_mlp_fp8(xm, *weights, residual=rm), expected)
+    with pytest.raises(ValueError, match=r"^x must be 16-byte aligned"):
+        native.default(xm, *weights, None, "tanh")
 
 
 @cuda

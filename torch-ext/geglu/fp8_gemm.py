@@ -39,6 +39,7 @@ from .fp8_mlp import (
     _check_inference_only,
     _check_residual,
     _check_scale,
+    _dense16,
     _dequantize_weight,
     _fake_quantize_rows,
     _native_fp8_x,
@@ -94,19 +95,6 @@ def _fp8_linear_fake(x, weight, weight_scale, residual):
 
 if _HAS_NATIVE:
     _register_fakes({"_fp8_linear": _fp8_linear_fake})
-
-
-def _dense16(t):
-    """t as the kernels read it: contiguous and 16-byte aligned (a copy where it is not;
-    under torch.compile, whose buffers are aligned, contiguous only: addresses are not
-    traced, and the op names a misaligned argument)."""
-    if t is None:
-        return None
-    if torch.compiler.is_compiling():
-        return t.contiguous()
-    if not t.is_contiguous() or t.data_ptr() % 16:
-        return t.clone(memory_format=torch.contiguous_format)
-    return t
 
 
 def fp8_linear(

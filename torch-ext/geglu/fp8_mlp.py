@@ -235,6 +235,19 @@ def _dense(t):
     return t if t is None or t.is_contiguous() else t.contiguous()
 
 
+def _dense16(t):
+    """t as the kernels read it: contiguous and 16-byte aligned (a copy where it is not;
+    under torch.compile, whose buffers are aligned, contiguous only: addresses are not
+    traced, and the op names a misaligned argument)."""
+    if t is None:
+        return None
+    if torch.compiler.is_compiling():
+        return t.contiguous()
+    if not t.is_contiguous() or t.data_ptr() % 16:
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -268,8 +281,10 @@ def geglu_mlp_fp8(
     if type(approximate) is str and _native_fp8_x(x) and all_plain(*args[1:8]):
         try:
             # .default: the overload itself, without the packet's overload resolution per call.
-            # The kernels read dense rows: a strided view runs as its contiguous copy.
-            return ops._geglu_mlp_fp8.default(*(_dense(t) for t in args[:8]), approximate)
+            # The kernels read dense rows, x's and the residual's 16-byte aligned: a view that
+            # is not runs as its copy (the weights, parameters, are aligned as allocated).
+            weights = (_dense(t) for t in args[1:7])
+            return ops._geglu_mlp_fp8.default(_dense16(x), *weights, _dense16(residual), approximate)
         except RuntimeError:
             _refused_by_dispatcher(_check_mlp_fp8, *args)
     return _composed_mlp_fp8(*args)

@@ -31,9 +31,12 @@
 //   float32 sums go to the workspace and the last block of a row tile adds them in split
 //   order (deterministic) with the residual. Splits are chosen so that the grid is one
 //   wave of two blocks per SM.
-// - Each kernel is launched as a programmatic dependent of the one before it (PDL): its
-//   producer issues the first stages' weights (which no earlier kernel writes) before
-//   griddepcontrol.wait, so the weight stream starts under the previous kernel's tail.
+// - Each kernel is launched as a programmatic dependent of the one before it (PDL). The
+//   MLP's down producer issues its first stages' weights before griddepcontrol.wait, so
+//   its weight stream starts under the gate/up's tail (the gate/up writes h, never the
+//   weights). The op's first kernel (the gate/up, the linear: kQuantizeX) follows a kernel
+//   that may be anyone's, which may have written the weights, so its producer waits
+//   first; only its prologue (barriers, tensor-map prefetch) overlaps that kernel.
 // Build: part of the geglu_gemm_sm90 kernel (build.toml), sm_90a.
 
 #include <cuda.h>
@@ -277,8 +280,11 @@ __device__ __forceinline__ void stream_tile(const CUtensorMap* w0, const CUtenso
       }
     };
     const int first = min(kStages, blocks);
+    // The op's first kernel waits before any load (the kernel before is not ours); the
+    // down reads h, which the kernel before wrote, but not the weights.
+    if constexpr (kQuantizeX) wait_for_previous_kernel();
     for (int i = 0; i < first; ++i) load_weights(i);
-    if constexpr (!kQuantizeX) wait_for_previous_kernel();  // the activations come from the kernel before
+    if constexpr (!kQuantizeX) wait_for_previous_kernel();
     for (int i = 0; i < first; ++i) load_tokens(i);
     // Stages are refilled two at a time: each weight row's next 256 contiguous bytes reach
     // DRAM together. With the 128-byte L2 promotion (encode_tiled), Gemma-7B at 1 token
@@ -591,7 +597,9 @@ int launch_down(int device, const sm90_launcher::DeviceInfo* info, Params p, int
               : launch<down<16, __half, kQuantizeX>>(grid, smem, s, map_w, act, p);
 }
 
-bool x_ok(const void* x, int64_t ldx, int64_t K) { return aligned16(x) && ldx >= K && ldx % 8 == 0 && ldx < (int64_t(1) << 31); }
+// x's rows as the in-kernel quantization loads them: 16-byte words from a 16-byte aligned start.
+bool x_aligned(const void* x) { return aligned16(x); }
+bool x_stride_ok(int64_t ldx, int64_t K) { return ldx >= K && ldx % 8 == 0 && ldx < (int64_t(1) << 31); }
 
 }  // namespace fp8_decode
 
@@ -621,7 +629,8 @@ extern "C" int geglu_fp8_decode_gate_up(const void* x, int64_t ldx, int64_t M, i
   if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(H) || !ld_ok(ld_sh, M)) {
     return GEGLU_SM90_ERR_SHAPE;
   }
-  if (!x_ok(x, ldx, K) || !aligned16(wg) || !aligned16(wu) || !aligned16(workspace) || !aligned16(hq) ||
+  if (!x_stride_ok(ldx, K)) return GEGLU_SM90_ERR_STRIDE;
+  if (!x_aligned(x) || !aligned16(wg) || !aligned16(wu) || !aligned16(workspace) || !aligned16(hq) ||
       !aligned4(sg) || !aligned4(su) || !aligned4(sh)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
@@ -686,7 +695,8 @@ extern "C" int geglu_fp8_decode_linear(const void* x, int64_t ldx, int64_t M, in
   using namespace fp8_decode;
   if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
   if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(N)) return GEGLU_SM90_ERR_SHAPE;
-  if (!x_ok(x, ldx, K) || !aligned16(w) || !aligned16(workspace) || !aligned4(sw) || out == nullptr ||
+  if (!x_stride_ok(ldx, K)) return GEGLU_SM90_ERR_STRIDE;
+  if (!x_aligned(x) || !aligned16(w) || !aligned16(workspace) || !aligned4(sw) || out == nullptr ||
       (reinterpret_cast<uintptr_t>(out) & 1u) || (reinterpret_cast<uintptr_t>(residual) & 1u)) {
     return GEGLU_SM90_ERR_ALIGN;
   }

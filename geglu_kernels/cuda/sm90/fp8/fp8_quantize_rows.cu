@@ -26,9 +26,6 @@ __global__ void __launch_bounds__(kBlockThreads) quantize_rows_kernel(const uint
                                                                       int64_t M, int64_t groups_per_row,
                                                                       uint8_t* __restrict__ q, float* __restrict__ s,
                                                                       int64_t ld_s) {
-  // The FP8 decode gate/up, launched after this as a programmatic dependent, may start now:
-  // it streams weights until it waits for this grid's q and s (griddepcontrol.wait).
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int64_t group = (int64_t(blockIdx.x) * kBlockThreads + threadIdx.x) / kThreadsPerGroup;
   const int lane = threadIdx.x % kThreadsPerGroup;
   const bool live = group < M * groups_per_row;
