@@ -374,17 +374,16 @@ Tensor fused_fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &wei
   void *stream = geglu_cuda::current_stream(x);
   const int dtype = sm90_dtype(x);
   const float *s_w = static_cast<const float *>(weight_scale.data_ptr());
-  auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
   if (m <= kFp8DecodeTokens) {
     // One allocation, one launch: y (returned, at offset 0), then from the next 16-byte
     // boundary the decode kernel's split sums.
-    const int64_t y_bytes = up16(m * n * static_cast<int64_t>(x.element_size()));
-    const int64_t ws_bytes = up16(geglu_fp8_decode_linear_workspace_bytes(m, k, n));
-    const int64_t size[1] = {(y_bytes + ws_bytes) / static_cast<int64_t>(x.element_size())};
+    const int64_t y_elems = aligned_elems(m * n, x);
+    const int64_t ws_elems = workspace_elems(geglu_fp8_decode_linear_workspace_bytes(m, k, n), x);
+    const int64_t size[1] = {y_elems + ws_elems};
     Tensor buffer = device::empty(IntArrayRef(size, 1), x);
     Tensor y = device::contiguous_view(buffer, out_shape);
     if (m == 0) return y;
-    void *workspace = static_cast<char *>(buffer.data_ptr()) + y_bytes;
+    void *workspace = static_cast<char *>(buffer.data_ptr()) + y_elems * buffer.element_size();
     check_status(op, geglu_fp8_decode_linear(x.data_ptr(), k, m, k, weight.data_ptr(), s_w, n, ptr_or_null(residual),
                                              y.data_ptr(), dtype, workspace, stream));
     return y;
@@ -393,6 +392,7 @@ Tensor fused_fp8_linear(const Tensor &x, const Tensor &weight, const Tensor &wei
   // One allocation, as fused_fp8_mlp's: xq [m, k] e4m3, its scales [k/128, ld] float32,
   // then the stream-K workspace.
   const int64_t ld = (m + 3) / 4 * 4;
+  auto up16 = [](int64_t bytes) { return (bytes + 15) / 16 * 16; };
   const int64_t xq_bytes = up16(m * k), sx_bytes = up16(k / 128 * ld * 4);
   const int64_t ws_bytes = up16(geglu_fp8_sm90_workspace_bytes(m, k, n));
   const int64_t size[1] = {(xq_bytes + sx_bytes + ws_bytes) / static_cast<int64_t>(x.element_size())};

@@ -303,7 +303,7 @@ def test_kernelized_projections_keep_the_fused_fp8_mlp_compiled(kernel, cpu_fp8_
     __func__ directly: Dynamo 2.11 answered getattr's default for it."""
     from types import MethodType
 
-    from test_fp8_mlp import fp8_gemma_mlp
+    from test_fp8_mlp import fp8_gemma_mlp, layer_weights
 
     torch._dynamo.reset()
     mlp = fp8_gemma_mlp()
@@ -312,8 +312,7 @@ def test_kernelized_projections_keep_the_fused_fp8_mlp_compiled(kernel, cpu_fp8_
     x = rand((3, 256), torch.bfloat16, seed=7)
     fn = torch.compile(lambda x: kernel.layers.GeGLUMLP.forward(mlp, x), fullgraph=True, backend="aot_eager")
     with torch.no_grad():
-        fused = kernel.fp8_mlp.geglu_mlp_fp8(x, *(t for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-                                                   for t in (p.weight, p.weight_scale_inv)))
+        fused = kernel.fp8_mlp.geglu_mlp_fp8(x, *layer_weights(mlp))
         assert torch.equal(kernel.layers.GeGLUMLP.forward(mlp, x), fused)
         assert torch.equal(fn(x), fused)
 

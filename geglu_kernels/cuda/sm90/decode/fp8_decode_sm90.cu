@@ -597,8 +597,7 @@ int launch_down(int device, const sm90_launcher::DeviceInfo* info, Params p, int
               : launch<down<16, __half, kQuantizeX>>(grid, smem, s, map_w, act, p);
 }
 
-// x's rows as the in-kernel quantization loads them: 16-byte words from a 16-byte aligned start.
-bool x_aligned(const void* x) { return aligned16(x); }
+// x's rows as the in-kernel quantization loads them: 16-byte words (x itself 16-byte aligned).
 bool x_stride_ok(int64_t ldx, int64_t K) { return ldx >= K && ldx % 8 == 0 && ldx < (int64_t(1) << 31); }
 
 }  // namespace fp8_decode
@@ -630,7 +629,7 @@ extern "C" int geglu_fp8_decode_gate_up(const void* x, int64_t ldx, int64_t M, i
     return GEGLU_SM90_ERR_SHAPE;
   }
   if (!x_stride_ok(ldx, K)) return GEGLU_SM90_ERR_STRIDE;
-  if (!x_aligned(x) || !aligned16(wg) || !aligned16(wu) || !aligned16(workspace) || !aligned16(hq) ||
+  if (!aligned16(x) || !aligned16(wg) || !aligned16(wu) || !aligned16(workspace) || !aligned16(hq) ||
       !aligned4(sg) || !aligned4(su) || !aligned4(sh)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
@@ -696,7 +695,7 @@ extern "C" int geglu_fp8_decode_linear(const void* x, int64_t ldx, int64_t M, in
   if (dtype != GEGLU_SM90_BF16 && dtype != GEGLU_SM90_FP16) return GEGLU_SM90_ERR_DTYPE;
   if (M < 0 || M > GEGLU_FP8_DECODE_MAX_M || !size_ok(K) || !size_ok(N)) return GEGLU_SM90_ERR_SHAPE;
   if (!x_stride_ok(ldx, K)) return GEGLU_SM90_ERR_STRIDE;
-  if (!x_aligned(x) || !aligned16(w) || !aligned16(workspace) || !aligned4(sw) || out == nullptr ||
+  if (!aligned16(x) || !aligned16(w) || !aligned16(workspace) || !aligned4(sw) || out == nullptr ||
       (reinterpret_cast<uintptr_t>(out) & 1u) || (reinterpret_cast<uintptr_t>(residual) & 1u)) {
     return GEGLU_SM90_ERR_ALIGN;
   }
